@@ -1,0 +1,23 @@
+"""kb_tvm: budget-aware kernel tuning for TVM MetaSchedule."""
+
+from pathlib import Path as _Path
+
+from .budget import TuningBudget, parse_budget
+
+# Run from a source checkout (not installed), the data packages schedules/ and workloads/
+# sit beside kb_tvm/; installed, they are kb_tvm/schedules and kb_tvm/workloads.
+_checkout = _Path(__file__).resolve().parent.parent
+if (_checkout / "workloads" / "__init__.py").is_file() and (_checkout / "schedules").is_dir():
+    __path__.append(str(_checkout))  # noqa: F821 - a package's __path__
+
+__version__ = "0.1.0"
+__all__ = ["KBSearch", "ProgressRecorder", "TimeCappedSearch", "TuningBudget", "parse_budget"]
+
+
+def __getattr__(name):
+    # TVM loads in seconds: import it only when a MetaSchedule object is asked for
+    if name in ("KBSearch", "ProgressRecorder", "TimeCappedSearch"):
+        from . import adapter
+
+        return getattr(adapter, name)
+    raise AttributeError(f"module 'kb_tvm' has no attribute {name!r}")

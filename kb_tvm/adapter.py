@@ -1,0 +1,184 @@
+"""The glue to MetaSchedule: every `derived_object` of kb_tvm lives here.
+
+- `KBSearch`: the budget-aware coarse-to-fine SearchStrategy (logic in `search.py`).
+- `TimeCappedSearch`: stock MetaSchedule's search, stopped when a wall budget is spent;
+  the baseline for side-by-side runs (`--strategy evolutionary`).
+- `ProgressRecorder`: a MeasureCallback that records best latency against seconds.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import fields
+
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy, SearchStrategy
+
+from .budget import TuningBudget
+from .decision_log import DecisionLog
+from .search import SearchOptions, TaskSearch
+from .templates import load_templates
+
+
+def _check(name: str, value, ok: bool, rule: str) -> None:
+    if not ok:
+        raise ValueError(f"{name}={value!r}: {rule}")
+
+
+def _validated_options(**given) -> SearchOptions:
+    known = {f.name for f in fields(SearchOptions)}
+    unknown = set(given) - known
+    if unknown:
+        raise TypeError(f"unknown KBSearch option(s) {sorted(unknown)}; known: {sorted(known)}")
+    opt = SearchOptions(**given)
+    for name in ("coarse_samples_per_space", "coarse_trials_per_region", "keep_regions",
+                 "proposals_per_trial", "remeasure_times", "patience"):
+        value = getattr(opt, name)
+        _check(name, value, isinstance(value, int) and value >= 1, "must be an integer >= 1")
+    _check("remeasure_top", opt.remeasure_top, isinstance(opt.remeasure_top, int) and opt.remeasure_top >= 0,
+           "must be an integer >= 0")
+    for name in ("coarse_max_fraction", "refine_after"):
+        value = getattr(opt, name)
+        _check(name, value, 0.0 < value <= 1.0, "must be a fraction in (0, 1]")
+    _check("min_total_gain", opt.min_total_gain, opt.min_total_gain >= 0.0, "must be >= 0")
+    return opt
+
+
+def _mean_seconds(result) -> float | None:
+    if result.error_msg is not None or not result.run_secs:
+        return None
+    return sum(float(s) for s in result.run_secs) / len(result.run_secs)
+
+
+def _result_error(result) -> str | None:
+    return None if result.error_msg is None else str(result.error_msg)
+
+
+@derived_object
+class KBSearch(PySearchStrategy):
+    """Budget-aware coarse-to-fine search.
+
+    KBSearch(budget="10m") spends at most the budget in wall-clock seconds (plus at most
+    one measurement batch); trials (tune_tir's max_trials_*) stay an optional cap. Clones
+    made for the tasks of one job share its budget. It writes one decision log per task
+    under `log_dir` (default: `<work_dir>/kb_logs`, found from a JSONDatabase).
+    """
+
+    def __init__(self, *, budget: str | float | TuningBudget, templates_dir: str | None = None,
+                 log_dir: str | None = None, on_stop: Callable[[str, str], None] | None = None,
+                 **options) -> None:
+        self.budget = budget if isinstance(budget, TuningBudget) else TuningBudget(budget)
+        self.options = _validated_options(**options)
+        self.templates_dir = templates_dir
+        self.log_dir = log_dir
+        self.on_stop = on_stop
+        self.context = None
+        self.task: TaskSearch | None = None
+
+    def _initialize_with_tune_context(self, context) -> None:
+        self.context = context
+
+    def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database=None, cost_model=None):
+        target_kind = self.context.target.kind.name
+        templates = load_templates(target_kind, self.templates_dir)
+        log_dir = self.log_dir
+        if log_dir is None:
+            path = getattr(database, "path_workload", None)
+            log_dir = os.path.join(os.path.dirname(path) if path else os.getcwd(), "kb_logs")
+        log = DecisionLog.for_task(log_dir, self.context.task_name or "task")
+        self.budget.start()
+        options = self.options
+        if options.seed is None and self.context.rand_state >= 0:
+            options = _validated_options(**{**vars(options), "seed": int(self.context.rand_state)})
+        self.task = TaskSearch(context=self.context, design_spaces=design_spaces, templates=templates,
+                               budget=self.budget, options=options, max_trials=int(max_trials),
+                               trials_per_batch=int(num_trials_per_iter), log=log)
+        log.write("start", task=self.context.task_name, target=str(self.context.target.export()),
+                  budget_s=self.budget.total, budget_spent_s=self.budget.spent, max_trials=int(max_trials),
+                  trials_per_batch=int(num_trials_per_iter), design_spaces=len(design_spaces),
+                  templates=[{"name": t.name, "why": t.why} for t in templates], options=vars(options))
+
+    def post_tuning(self) -> None:
+        task = self.task
+        if task is not None:
+            task._stop("tuning ended by the task scheduler")
+            if self.on_stop is not None:
+                self.on_stop(self.context.task_name, task.stop_reason)
+
+    def generate_measure_candidates(self):
+        batch = self.task.next_batch()
+        if batch is None:
+            return None
+        return [TaskSearch.measure_candidate(c) for c in batch]
+
+    def notify_runner_results(self, measure_candidates, results) -> None:
+        self.task.observe([(_mean_seconds(r), _result_error(r)) for r in results])
+
+    def clone(self) -> SearchStrategy:
+        # clones (one per task) share the budget: it counts seconds of the whole job
+        return KBSearch(budget=self.budget, templates_dir=self.templates_dir, log_dir=self.log_dir,
+                        on_stop=self.on_stop, **vars(self.options))
+
+
+@derived_object
+class TimeCappedSearch(PySearchStrategy):
+    """Stock MetaSchedule search (evolutionary by default) that stops when the budget is spent.
+    Only a baseline: it does nothing budget-aware beyond stopping."""
+
+    def __init__(self, *, budget: str | float | TuningBudget, inner: str | SearchStrategy = "evolutionary"):
+        self.budget = budget if isinstance(budget, TuningBudget) else TuningBudget(budget)
+        self.inner = SearchStrategy.create(inner) if isinstance(inner, str) else inner
+
+    def _initialize_with_tune_context(self, context) -> None:
+        self.inner._initialize_with_tune_context(context)
+
+    def pre_tuning(self, max_trials, num_trials_per_iter, design_spaces, database=None, cost_model=None):
+        self.budget.start()
+        self.inner.pre_tuning(max_trials, num_trials_per_iter, design_spaces, database, cost_model)
+
+    def post_tuning(self) -> None:
+        self.inner.post_tuning()
+
+    def generate_measure_candidates(self):
+        if self.budget.exhausted:
+            return None
+        return self.inner.generate_measure_candidates()
+
+    def notify_runner_results(self, measure_candidates, results) -> None:
+        self.inner.notify_runner_results(measure_candidates, results)
+
+    def clone(self) -> SearchStrategy:
+        return TimeCappedSearch(budget=self.budget, inner=self.inner.clone())
+
+
+@derived_object
+class ProgressRecorder(PyMeasureCallback):
+    """Records (seconds since start, trials, best ms) after every measured batch, and calls
+    `on_progress` with it; the anytime curve of a run."""
+
+    def __init__(self, *, on_progress: Callable[[dict], None] | None = None) -> None:
+        self.on_progress = on_progress
+        self.started = time.monotonic()
+        self.curve: list[dict] = []
+        self.trials = 0
+        self.failed = 0
+        self.best_ms = math.inf
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
+        for result in runner_results:
+            self.trials += 1
+            seconds = _mean_seconds(result)
+            if seconds is None:
+                self.failed += 1
+            else:
+                self.best_ms = min(self.best_ms, seconds * 1e3)
+        point = {"seconds": round(time.monotonic() - self.started, 3), "trials": self.trials,
+                 "failed": self.failed, "best_ms": None if math.isinf(self.best_ms) else self.best_ms,
+                 "task_id": int(task_id)}
+        self.curve.append(point)
+        if self.on_progress is not None:
+            self.on_progress(point)

@@ -1,0 +1,116 @@
+"""Side-by-side benchmark: kb vs stock MetaSchedule on the same workload, machine and budget.
+
+    python -m kb_tvm.bench --workload gemm-512 --workload conv2d-56x56x64 --budget 120s \
+        --target llvm --out bench-results/cpu.json
+
+Both strategies run one after the other in one process; the JSON holds both anytime curves
+(best latency vs seconds), the re-timed best of each, and how long kb took to reach stock's
+final latency. It is rewritten after every batch, so a run cut short keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import click
+
+from .budget import format_seconds
+
+
+def time_to_reach(curve: list[dict], target_ms: float) -> float | None:
+    """Seconds until the curve's best got to target_ms, or None if it never did."""
+    for point in curve:
+        if point["best_ms"] is not None and point["best_ms"] <= target_ms:
+            return point["seconds"]
+    return None
+
+
+def best_at(curve: list[dict], seconds: float) -> float | None:
+    best = None
+    for point in curve:
+        if point["seconds"] <= seconds and point["best_ms"] is not None:
+            best = point["best_ms"]
+    return best
+
+
+def summarize(runs: dict[str, dict]) -> dict:
+    kb, stock = runs.get("kb"), runs.get("evolutionary")
+    if not kb or not stock or not kb.get("done") or not stock.get("done"):
+        return {}
+    stock_final = stock["curve"][-1]["best_ms"] if stock["curve"] else None
+    reach = time_to_reach(kb["curve"], stock_final) if stock_final else None
+    return {
+        "kb_final_ms": kb["final_ms"], "stock_final_ms": stock["final_ms"],
+        "kb_vs_stock": (kb["final_ms"] / stock["final_ms"]) if kb["final_ms"] and stock["final_ms"] else None,
+        "stock_best_during_tuning_ms": stock_final,
+        "kb_seconds_to_reach_stock_best": reach,
+        "kb_reach_fraction_of_budget": None if reach is None else reach / kb["budget_s"],
+        "kb_failed_fraction": kb["failed"] / max(kb["trials"], 1),
+        "stock_failed_fraction": stock["failed"] / max(stock["trials"], 1),
+        "best_at_quarters_ms": {
+            name: [best_at(run["curve"], q * run["budget_s"]) for q in (0.25, 0.5, 0.75, 1.0)]
+            for name, run in (("kb", kb), ("evolutionary", stock))
+        },
+    }
+
+
+@click.command()
+@click.option("--workload", "workloads", multiple=True, required=True, help="A name from `kb-tvm ops`.")
+@click.option("--budget", default="120s", show_default=True, help="Wall budget for each strategy.")
+@click.option("--target", default=None, help="llvm, cuda or a JSON target (default: cuda if present).")
+@click.option("--order", default="kb,evolutionary", show_default=True, help="Which strategy runs first.")
+@click.option("--trials-per-batch", type=int, default=None, help="Same for both strategies.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False), required=True, help="JSON results file.")
+def main(workloads, budget, target, order, trials_per_batch, seed, out) -> None:
+    from kb_tvm.workloads import get_workload
+
+    from .tuning import make_target, quiet_metaschedule, tune_operator
+
+    quiet_metaschedule()
+    tvm_target = make_target(target)
+    strategies = [s.strip() for s in order.split(",")]
+    out_path = Path(out)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    report = {"target": str(tvm_target.export()), "budget": budget, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+              "workloads": {}}
+
+    def save() -> None:
+        out_path.write_text(json.dumps(report, indent=1))
+
+    for name in workloads:
+        workload = get_workload(name)
+        runs: dict[str, dict] = {}
+        report["workloads"][name] = {"flops": workload.flops, "runs": runs, "summary": {}}
+        for strategy in strategies:
+            runs[strategy] = {"curve": [], "done": False}
+
+            def progress(point, strategy=strategy):
+                runs[strategy]["curve"].append(point)
+                click.echo(f"{name} {strategy:>12} [{format_seconds(point['seconds']):>7}] trials "
+                           f"{point['trials']:4d} failed {point['failed']:4d} best {point['best_ms']}")
+                save()
+
+            with tempfile.TemporaryDirectory(prefix=f"kb-bench-{name}-{strategy}-") as work_dir:
+                result = tune_operator(workload, target=tvm_target, budget=budget, work_dir=work_dir,
+                                       strategy=strategy, trials_per_batch=trials_per_batch, seed=seed,
+                                       on_progress=progress)
+                if strategy == "kb":  # keep the decision log beside the results
+                    logs = sorted(Path(work_dir, "kb_logs").glob("*.jsonl"))
+                    if logs:
+                        log_copy = out_path.with_name(f"{out_path.stem}-{name}-kb-log.jsonl")
+                        log_copy.write_text(logs[0].read_text())
+            runs[strategy] = {**result.to_json(), "done": True}
+            save()
+            click.echo(f"{name} {strategy}: final {result.final_ms} ms, {result.trials} trials, "
+                       f"{result.failed} failed, {format_seconds(result.seconds)}")
+        report["workloads"][name]["summary"] = summarize(runs)
+        save()
+        click.echo(json.dumps(report["workloads"][name]["summary"], indent=1))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,106 @@
+"""The `kb-tvm` command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from .budget import format_seconds, parse_budget
+
+
+def _fail(message: str) -> None:
+    raise click.ClickException(message)
+
+
+def _budget(ctx, param, value):
+    try:
+        parse_budget(value)
+    except ValueError as err:
+        _fail(str(err))  # one line, naming the accepted forms
+    return value
+
+
+@click.group()
+@click.version_option(package_name="kb-tvm")
+def main() -> None:
+    """kb_tvm: budget-aware kernel tuning for TVM MetaSchedule."""
+
+
+@main.command("ops")
+def list_ops() -> None:
+    """List the operator workloads that tune-op knows."""
+    from kb_tvm.workloads import WORKLOADS
+
+    width = max(len(name) for name in WORKLOADS)
+    for name, workload in WORKLOADS.items():
+        click.echo(f"{name:<{width}}  {workload.description}")
+
+
+@main.command("tune-op")
+@click.argument("name")
+@click.option("--budget", default="2m", show_default=True, callback=_budget,
+              help='Wall-clock budget: "90s", "10m", "1h30m", or seconds.')
+@click.option("--target", default=None,
+              help="llvm, cuda, or a JSON target. Default: cuda if a GPU is present, else llvm on all cores.")
+@click.option("--work-dir", type=click.Path(file_okay=False), default=None,
+              help="Where records, logs and the decision log go. Default: ./kb-work/NAME-STRATEGY")
+@click.option("--strategy", type=click.Choice(["kb", "evolutionary"]), default="kb", show_default=True,
+              help="kb (KBSearch) or stock MetaSchedule, for a side-by-side run.")
+@click.option("--trials-per-batch", type=click.IntRange(1), default=None,
+              help="Candidates per measurement batch. Default: 64 on cuda, 16 on llvm.")
+@click.option("--max-trials", type=click.IntRange(1), default=100_000, show_default=True,
+              help="Optional cap on measured candidates; the budget is the main limit.")
+@click.option("--seed", type=int, default=None, help="Random seed, for a repeatable search.")
+@click.option("--json-out", type=click.Path(dir_okay=False), default=None, help="Also write the result here.")
+def tune_op(name, budget, target, work_dir, strategy, trials_per_batch, max_trials, seed, json_out) -> None:
+    """Tune the operator workload NAME (see `kb-tvm ops`) within a wall-clock budget."""
+    from kb_tvm.workloads import get_workload
+
+    try:
+        workload = get_workload(name)
+    except ValueError as err:
+        _fail(str(err))
+    from .tuning import make_target, quiet_metaschedule, tune_operator
+
+    try:
+        tvm_target = make_target(target)
+    except ValueError as err:
+        _fail(str(err))
+    work_dir = Path(work_dir or Path("kb-work") / f"{name}-{strategy}")
+    try:
+        work_dir.mkdir(parents=True, exist_ok=True)
+        probe = work_dir / ".kb-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        _fail(f"work dir {work_dir} is not writable: {err.strerror}")
+    quiet_metaschedule()
+    click.echo(f"tuning {name} ({workload.description}) on {tvm_target.kind.name} with {strategy}, "
+               f"budget {format_seconds(parse_budget(budget))}, work dir {work_dir}")
+
+    def progress(point: dict) -> None:
+        best = point["best_ms"]
+        shown = "-" if best is None else f"{best:.4f} ms  {workload.flops / (best * 1e-3) / 1e9:8.1f} GFLOP/s"
+        used = min(1.0, point["seconds"] / point["budget_s"])
+        click.echo(f"[{format_seconds(point['seconds']):>7} {used:4.0%}] trials {point['trials']:4d} "
+                   f"(failed {point['failed']})  best {shown}")
+
+    result = tune_operator(workload, target=tvm_target, budget=budget, work_dir=work_dir, strategy=strategy,
+                           trials_per_batch=trials_per_batch, max_trials=max_trials, seed=seed,
+                           on_progress=progress)
+    if result.final_ms is None:
+        _fail(f"no candidate of {name} built and ran in {format_seconds(result.seconds)}; see {work_dir}/logs")
+    click.echo(f"best {result.final_ms:.4f} ms ({result.gflops:.1f} GFLOP/s, re-timed), "
+               f"{result.trials} trials ({result.failed} failed), {format_seconds(result.seconds)}; "
+               f"stopped: {result.stop_reason}")
+    click.echo(f"records: {work_dir}/database_tuning_record.json"
+               + (f"  decision log: {work_dir}/kb_logs/" if strategy == "kb" else ""))
+    if json_out:
+        Path(json_out).write_text(json.dumps(result.to_json(), indent=1))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

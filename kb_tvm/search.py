@@ -1,0 +1,481 @@
+"""One task's coarse-to-fine, budget-aware search. MetaSchedule objects come in through
+`TaskSearch`; the decisions themselves live in `kb_tvm.decisions`.
+
+Coarse phase: sample each design space without measuring, sort valid samples into regions
+(design space x template), measure a few per region, keep the best regions.
+Fine phase: mutate the best measured candidates of the kept regions (plus fresh samples
+while exploring), score each proposal by expected gain per predicted second, measure the
+best; re-measure the top few; near the end refine only the best; stop when it stops paying.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import decisions
+from .budget import TuningBudget
+from .decision_log import DecisionLog
+from .schedule_props import schedule_properties
+from .surrogate import EnsembleCostModel
+from .templates import Template
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Knobs of the search; KBSearch validates them."""
+
+    coarse_samples_per_space: int = 256
+    coarse_trials_per_region: int = 2
+    coarse_max_fraction: float = 0.25
+    keep_regions: int = 3
+    proposals_per_trial: int = 6
+    remeasure_top: int = 3
+    remeasure_times: int = 3
+    refine_after: float = 0.85
+    min_total_gain: float = 0.005
+    patience: int = 3
+    seed: int | None = None
+
+
+@dataclass
+class Candidate:
+    sch: object  # tvm.s_tir.Schedule, postprocessed
+    space: int
+    regions: tuple[str, ...]
+    props: dict[str, float]
+    keys: list[str]
+    origin: str
+    features: np.ndarray | None = None
+    latencies: list[float] = field(default_factory=list)
+    failures: int = 0
+    error: str | None = None
+
+    @property
+    def measured(self) -> bool:
+        return bool(self.latencies)
+
+    @property
+    def latency(self) -> float:
+        return float(np.median(self.latencies)) if self.latencies else math.inf
+
+
+class TaskSearch:
+    """State and loop of KBSearch for one task (one TuneContext)."""
+
+    def __init__(self, *, context, design_spaces, templates: list[Template], budget: TuningBudget,
+                 options: SearchOptions, max_trials: int, trials_per_batch: int, log: DecisionLog) -> None:
+        from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
+
+        self.ctx = context
+        self.spaces = list(design_spaces)
+        self.templates = templates
+        self.budget = budget
+        self.opt = options
+        self.max_trials = max_trials
+        self.trials_per_batch = trials_per_batch
+        self.log = log
+        self.rng = np.random.default_rng(options.seed)
+        self.model = EnsembleCostModel(seed=int(self.rng.integers(1 << 30)))
+        self.cost = decisions.MeasurementCost()
+        self.failures = decisions.FailureModel()
+        self.features = PerStoreFeature()
+        self.postprocs = list(context.space_generator.postprocs)
+        self.mutators = [(m, float(p)) for m, p in context.space_generator.mutator_probs.items()]
+        self.num_cores = max(1, int(context.num_threads))
+        self.seen: set[int] = set()
+        self.dropped = {"postproc": 0, "duplicate": 0, "verify": 0}
+        # GPU builds fail often (tensor-core spaces: most stock candidates); lowering without
+        # codegen catches those failures in ~20 ms, far cheaper than a build + run slot
+        self.verify = context.target.kind.name == "cuda"
+        self.workers = self.num_cores
+        self.executor = ThreadPoolExecutor(self.workers, thread_name_prefix="kb-search")
+        self._local = threading.local()
+        self.pool: list[Candidate] = []  # sampled in the coarse phase, not yet measured
+        self.measured: list[Candidate] = []
+        self.regions: dict[str, decisions.RegionStats] = {}
+        self.kept_regions: list[str] = []
+        self.phase = "coarse"
+        self.trials = 0
+        self.batches = 0
+        self.low_gain_rounds = 0
+        self.stop_reason: str | None = None
+        self.in_flight: list[Candidate] = []
+        self.batch_started = 0.0
+        self.batch_predictions: list[float | None] = []
+        self.batch_origins: list[str] = []
+
+    # ------------------------------------------------------------ the loop
+    def next_batch(self) -> list[Candidate] | None:
+        self.batch_started = time.monotonic()
+        if self.stop_reason is None:
+            if self.budget.exhausted:
+                self._stop("budget spent")
+            elif self.trials >= self.max_trials:
+                self._stop(f"trial cap of {self.max_trials} reached")
+        if self.stop_reason is not None:
+            return None
+        if not self.regions:
+            self._sample_regions()
+        preferred = min(self.trials_per_batch, self.max_trials - self.trials)
+        n = decisions.batch_size(self.budget.remaining, self.cost, preferred=preferred,
+                                 minimum=min(max(self.num_cores, preferred // 4), preferred))
+        if self.phase == "coarse" and self._coarse_done():
+            self._keep_best_regions()
+        batch = self._coarse_batch(n) if self.phase == "coarse" else self._fine_batch(n)
+        if not batch:
+            self._stop("no new valid candidate could be generated")
+            return None
+        self.in_flight = batch
+        self.trials += len(batch)
+        return batch
+
+    def observe(self, results: list[tuple[float | None, str | None]]) -> None:
+        """results[i] = (mean run seconds or None, error or None) for in_flight[i]."""
+        seconds = time.monotonic() - self.batch_started
+        improved_from = self.best.latency if self.best else math.inf
+        rows = []
+        for cand, (latency, error), predicted, origin in zip(
+                self.in_flight, results, self.batch_predictions, self.batch_origins):
+            failed = latency is None
+            self.failures.observe(cand.keys, failed)
+            if failed:
+                cand.failures += 1
+                cand.error = (error or "unknown error").strip().splitlines()[-1][:200]
+            else:
+                if not cand.measured:
+                    self.measured.append(cand)
+                cand.latencies.append(latency)
+            for name in cand.regions:
+                stats = self.regions.get(name)
+                if stats is not None and origin != "remeasure":
+                    if failed:
+                        stats.failures += 1
+                    else:
+                        stats.measured_log_latencies.append(math.log(latency))
+            rows.append({"origin": origin, "regions": list(cand.regions),
+                         "predicted_ms": None if predicted is None else math.exp(predicted) * 1e3,
+                         "measured_ms": None if failed else latency * 1e3, "error": cand.error if failed else None})
+        ok = [r[0] for r in results if r[0] is not None]
+        self.cost.observe_batch(len(results), float(sum(ok)), seconds)
+        self._train_model()
+        self.batches += 1
+        best = self.best
+        self.log.write(
+            "batch", phase=self.phase, batch=self.batches, trials=self.trials, seconds=seconds,
+            candidates=rows, failed=sum(r[0] is None for r in results),
+            best_ms=best.latency * 1e3 if best else None,
+            improved=bool(best and best.latency < improved_from),
+            cost_model={"per_batch_s": self.cost.per_batch, "per_candidate_s": self.cost.per_candidate,
+                        "per_run_second": self.cost.per_run_second},
+            budget_spent_s=self.budget.spent, budget_left_s=self.budget.remaining)
+
+    @property
+    def best(self) -> Candidate | None:
+        return min(self.measured, key=lambda c: c.latency) if self.measured else None
+
+    # ------------------------------------------------------------ coarse phase
+    def _sample_regions(self) -> None:
+        started = time.monotonic()
+        # sampling is cheap, but never let it eat more than 5% of the budget
+        deadline = started + max(2.0, 0.05 * self.budget.remaining)
+        chunk = 8 * self.workers
+        for space_index in range(len(self.spaces)):
+            found, tries = 0, 0
+            wanted = self.opt.coarse_samples_per_space
+            while found < wanted and tries < 8 * wanted and time.monotonic() < deadline:
+                jobs = [(self._blank_trace(space_index), space_index, "sample")
+                        for _ in range(min(chunk, wanted - found))]
+                tries += len(jobs)
+                made = self._realize(jobs)
+                self.pool += made
+                found += len(made)
+        self._extract_features(self.pool)
+        for cand in self.pool:
+            for name in cand.regions:
+                self.regions.setdefault(name, decisions.RegionStats(name)).sampled += 1
+        self.log.write(
+            "coarse-sampled", design_spaces=len(self.spaces), templates=[t.name for t in self.templates],
+            valid=len(self.pool), dropped=dict(self.dropped), seconds=time.monotonic() - started,
+            regions={name: {"sampled": s.sampled} for name, s in self.regions.items()})
+
+    def _coarse_done(self) -> bool:
+        if not self.pool:
+            return True
+        if self.budget.fraction_used >= self.opt.coarse_max_fraction:
+            return True
+        return all(s.trials >= self.opt.coarse_trials_per_region or not self._unmeasured(name)
+                   for name, s in self.regions.items())
+
+    def _unmeasured(self, region: str) -> list[Candidate]:
+        return [c for c in self.pool if region in c.regions and not c.measured and not c.failures]
+
+    def _coarse_batch(self, n: int) -> list[Candidate]:
+        """Round-robin over the regions that still need measurements, best predicted first."""
+        chosen: list[Candidate] = []
+        chosen_ids: set[int] = set()
+        planned = {name: s.trials for name, s in self.regions.items()}
+        while len(chosen) < n:
+            needy = sorted((t, name) for name, t in planned.items()
+                           if t < self.opt.coarse_trials_per_region and self._unmeasured(name))
+            progress = False
+            for _, name in needy:
+                options = [c for c in self._unmeasured(name) if id(c) not in chosen_ids]
+                if not options or len(chosen) >= n:
+                    continue
+                cand = options[int(np.argmin(self._rank_keys(options)))]
+                chosen.append(cand)
+                chosen_ids.add(id(cand))
+                for region in cand.regions:
+                    planned[region] = planned.get(region, 0) + 1
+                progress = True
+            if not progress:
+                break
+        # a batch has a fixed cost: fill it with the best-predicted samples of any region
+        rest = [c for c in self.pool if id(c) not in chosen_ids and not c.measured and not c.failures]
+        if len(chosen) < n and rest:
+            order = np.argsort(self._rank_keys(rest))[: n - len(chosen)]
+            chosen += [rest[i] for i in order]
+        self._plan(chosen)
+        self.batch_origins = [c.origin for c in chosen]
+        return chosen
+
+    def _rank_keys(self, cands: list[Candidate]) -> np.ndarray:
+        """Lower is better: predicted log-latency when the model is trained, else random."""
+        if not self.model.trained:
+            return self.rng.random(len(cands))
+        mu, _ = self.model.predict(np.stack([c.features for c in cands]))
+        return mu
+
+    def _keep_best_regions(self) -> None:
+        for name, stats in self.regions.items():
+            rest = self._unmeasured(name)
+            if rest and self.model.trained:
+                stats.predicted_best_log_latency = float(np.min(self._rank_keys(rest)))
+        ranked = decisions.rank_regions(list(self.regions.values()), keep=self.opt.keep_regions)
+        self.kept_regions = [r.name for r, _, kept, _ in ranked if kept]
+        if not self.kept_regions and self.best is not None:
+            self.kept_regions = list(self.best.regions)
+        self.log.write("regions", regions=[
+            {"region": r.name, "score": score, "kept": kept, "why": why, "sampled": r.sampled,
+             "measured": len(r.measured_log_latencies), "failed": r.failures,
+             "best_ms": None if r.best_log_latency is None else math.exp(r.best_log_latency) * 1e3,
+             "predicted_best_ms": None if r.predicted_best_log_latency is None
+             else math.exp(r.predicted_best_log_latency) * 1e3}
+            for r, score, kept, why in ranked])
+        self.phase = "fine"
+        self.pool = [c for c in self.pool if not c.measured and set(c.regions) & set(self.kept_regions)]
+
+    # ------------------------------------------------------------ fine phase
+    def _fine_batch(self, n: int) -> list[Candidate]:
+        if self.budget.fraction_used >= self.opt.refine_after and self.phase != "refine":
+            self.phase = "refine"
+            self.log.write("phase", phase="refine", why=f"{self.opt.refine_after:.0%} of the budget used: "
+                           "only local refinement of the best from here")
+        remeasure = self._remeasure_slots(max(1, n // 8))
+        proposals = self._propose(self.opt.proposals_per_trial * n)
+        if not proposals and not remeasure:
+            return []
+        self._extract_features(proposals)
+        feats = np.stack([c.features for c in proposals]) if proposals else np.zeros((0, 1))
+        mu, sigma = self.model.predict(feats)
+        p_fail = np.array([self.failures.probability(c.keys) for c in proposals])
+        seconds = self.cost.predict(np.exp(mu), batch_size=n)
+        best = math.log(self.best.latency) if self.best else float(np.min(mu, initial=0.0))
+        explore = 0.0 if self.phase == "refine" else decisions.exploration_weight(self.budget.fraction_used)
+        gain, per_second = decisions.score_proposals(mu, sigma, p_fail, seconds, best, max(explore, 0.1))
+        order = np.argsort(-per_second)[: max(0, n - len(remeasure))]
+        chosen = [proposals[i] for i in order]
+        rate = float(gain[order].sum() / max(seconds[order].sum(), 1e-9)) if len(order) else 0.0
+        self.log.write("proposals", phase=self.phase, proposed=len(proposals), chosen=len(chosen),
+                       remeasure=len(remeasure), exploration=explore,
+                       expected_gain=float(gain[order].sum()) if len(order) else 0.0,
+                       predicted_seconds=float(seconds[order].sum()) if len(order) else 0.0,
+                       expected_gain_per_second=rate, dropped=dict(self.dropped), p_fail_mean=float(p_fail.mean()) if len(p_fail) else 0.0,
+                       avoided_decisions=self.failures.worst_keys())
+        self._check_worth(rate)
+        self._plan(chosen + remeasure, [float(mu[i]) for i in order] + [None] * len(remeasure))
+        self.batch_origins = [c.origin for c in chosen] + ["remeasure"] * len(remeasure)
+        return chosen + remeasure
+
+    def _remeasure_slots(self, limit: int) -> list[Candidate]:
+        top = sorted(self.measured, key=lambda c: c.latency)[: self.opt.remeasure_top]
+        return [c for c in top if len(c.latencies) < self.opt.remeasure_times][:limit]
+
+    def _propose(self, count: int) -> list[Candidate]:
+        kept = set(self.kept_regions)
+        ranked = sorted(self.measured, key=lambda c: c.latency)
+        # parents: the best of the kept regions, and always the overall best
+        elites = ranked[:1] + [c for c in ranked[1:] if set(c.regions) & kept]
+        elites = elites[: 2 if self.phase == "refine" else 8]
+        explore_share = 0.0 if self.phase == "refine" else 0.3 * (1.0 - self.budget.fraction_used)
+        mutators = self.mutators
+        if self.phase == "refine":  # small steps only
+            mutators = [(m, p) for m, p in mutators if "TileSize" in str(m) or "Unroll" in str(m)] or mutators
+        weights = np.array([p for _, p in mutators], dtype=float)
+        weights /= weights.sum()
+        rank_weights = 1.0 / (1.0 + np.arange(len(elites)))
+        rank_weights /= rank_weights.sum()
+        proposals: list[Candidate] = []
+        attempts = 0
+        # proposing is the search's own cost: at most ~5% of what the batch will cost
+        deadline = time.monotonic() + max(1.0, 0.05 * self.cost.batch_seconds(count // self.opt.proposals_per_trial))
+        spaces = sorted({int(name.split("/")[0][1:]) for name in kept}) or list(range(len(self.spaces)))
+        while len(proposals) < count and attempts < 4 * count and time.monotonic() < deadline:
+            jobs = []
+            for _ in range(min(8 * self.workers, count - len(proposals))):
+                if not elites or self.rng.random() < explore_share:
+                    if self.pool:  # coarse samples of the kept regions not yet measured
+                        proposals.append(self.pool.pop(int(self.rng.integers(len(self.pool)))))
+                    else:
+                        space = int(self.rng.choice(spaces))
+                        jobs.append((self._blank_trace(space), space, "sample"))
+                    continue
+                parent = elites[self.rng.choice(len(elites), p=rank_weights)]
+                mutator = mutators[self.rng.choice(len(mutators), p=weights)][0]
+                try:
+                    trace = mutator.apply(parent.sch.trace)
+                except Exception:  # noqa: BLE001 - a mutator may reject a trace; try another
+                    trace = None
+                if trace is not None:
+                    jobs.append((trace, parent.space, f"mutate:{type(mutator).__name__}"))
+            attempts += max(len(jobs), 1)
+            proposals += self._realize(jobs)
+        return proposals
+
+    def _check_worth(self, rate: float) -> None:
+        if self.phase == "coarse" or not self.model.trained:
+            return
+        if decisions.worth_continuing(rate, self.budget.remaining, self.opt.min_total_gain):
+            self.low_gain_rounds = 0
+            return
+        self.low_gain_rounds += 1
+        if self.low_gain_rounds >= self.opt.patience:
+            self._stop(f"expected gain {rate:.2e}/s x {self.budget.remaining:.0f}s left < "
+                       f"{self.opt.min_total_gain:.1%} for {self.low_gain_rounds} rounds")
+
+    # ------------------------------------------------------------ candidates
+    def _blank_trace(self, space_index: int):
+        """The design space's trace without decisions: replaying it samples new ones."""
+        from tvm.s_tir.schedule import Trace
+
+        return Trace(self.spaces[space_index].trace.insts, {})
+
+    def _realize(self, jobs: list[tuple[object, int, str]]) -> list[Candidate]:
+        """Replay (trace, space, origin) jobs into postprocessed, verified, new candidates.
+        The TVM work runs on `workers` threads (TVM releases the GIL)."""
+        from tvm_ffi import structural_hash
+
+        seeds = [int(v) for v in self.rng.integers(1, 1 << 30, size=len(jobs))]
+        work = [(trace, seed) for (trace, _, _), seed in zip(jobs, seeds)]
+        made = []
+        for (sch, reason), (_, space_index, origin) in zip(self.executor.map(self._replay, work), jobs):
+            if reason is None:
+                key = structural_hash(sch.mod)
+                reason = "duplicate" if key in self.seen else None
+                self.seen.add(key)
+            if reason is not None:
+                self.dropped[reason] += 1
+                continue
+            func = next(iter(sch.mod.functions.values()))
+            props = schedule_properties(func, self.num_cores)
+            matched = tuple(f"s{space_index}/{t.name}" for t in self.templates if t.matches(props))
+            made.append(Candidate(sch=sch, space=space_index, regions=matched or (f"s{space_index}/unclassified",),
+                                  props=props, keys=self._failure_keys(sch.trace, space_index, props), origin=origin))
+        return made
+
+    def _replay(self, job) -> tuple[object | None, str | None]:
+        from tvm.s_tir.schedule import Schedule
+
+        trace, seed = job
+        if not hasattr(self._local, "postprocs"):  # postprocs may keep state: one copy per thread
+            self._local.postprocs = [p.clone() for p in self.postprocs]
+        sch = Schedule(self.ctx.mod, seed=seed, debug_mask="none", error_render_level="none")
+        try:
+            trace.apply_to_schedule(sch, remove_postproc=True)
+            sch.enter_postproc()  # marks what follows as postprocessing, which replays strip
+            valid = all(p.apply(sch) for p in self._local.postprocs)
+        except Exception:  # noqa: BLE001 - an invalid sample is just dropped
+            valid = False
+        if not valid:
+            return None, "postproc"
+        if self.verify and not lowers_cleanly(sch.mod, self.ctx.target):
+            return None, "verify"
+        return sch, None
+
+    @staticmethod
+    def _failure_keys(trace, space_index: int, props: dict[str, float]) -> list[str]:
+        keys = []
+        for index, inst in enumerate(trace.insts):
+            decision = trace.get_decision(inst)
+            if decision is not None:
+                keys.append(f"s{space_index}:{index}:{inst.kind.name}={decision}")
+        for name in ("threads_per_block", "vector_lanes", "unroll_max_step", "shared_buffers", "local_buffers"):
+            if props[name]:
+                keys.append(f"{name}~2^{round(math.log2(props[name]))}")
+        return keys
+
+    def _extract_features(self, cands: list[Candidate]) -> None:
+        todo = [c for c in cands if c.features is None]
+        if not todo:
+            return
+        mcs = [self.measure_candidate(c) for c in todo]
+        for cand, feats in zip(todo, self.features.extract_from(self.ctx, mcs)):
+            per_store = feats.numpy()
+            props = np.log2(1.0 + np.array(list(cand.props.values())))
+            cand.features = np.concatenate([per_store.sum(axis=0), per_store.max(axis=0), props])
+
+    @staticmethod
+    def measure_candidate(cand: Candidate):
+        from tvm.s_tir.meta_schedule import MeasureCandidate
+        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+        func = next(iter(cand.sch.mod.functions.values()))
+        return MeasureCandidate(cand.sch, ArgInfo.from_prim_func(func))
+
+    def _plan(self, batch: list[Candidate], predictions: list[float | None] | None = None) -> None:
+        if predictions is None:
+            if batch and self.model.trained:
+                predictions = [float(v) for v in self.model.predict(np.stack([c.features for c in batch]))[0]]
+            else:
+                predictions = [None] * len(batch)
+        self.batch_predictions = predictions
+
+    def _train_model(self) -> None:
+        rows = [(c.features, math.log(lat)) for c in self.measured for lat in c.latencies[:1]]
+        if rows:
+            self.model.fit(np.stack([r[0] for r in rows]), np.array([r[1] for r in rows]))
+
+    def _stop(self, reason: str) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            self.executor.shutdown(wait=False)
+            best = self.best
+            self.log.write("stop", reason=reason, trials=self.trials, batches=self.batches,
+                           best_ms=best.latency * 1e3 if best else None,
+                           best_regions=list(best.regions) if best else None,
+                           best_measurements=len(best.latencies) if best else 0,
+                           budget_spent_s=self.budget.spent, budget_left_s=self.budget.remaining)
+
+
+def lowers_cleanly(mod, target) -> bool:
+    """Run TVM's TIR lowering (no codegen) as the builder would: False where it fails."""
+    import tvm
+    from tvm.tirx.build import split_host_device_mods
+
+    try:
+        host = target.host or tvm.target.Target("llvm")
+        mod = tvm.tirx.transform.BindTarget(target.with_host(host))(mod)
+        pipeline, finalize_host, finalize_device = tvm.tirx.get_default_tir_pipeline(target)
+        host_mod, device_mods = split_host_device_mods(pipeline(mod))
+        finalize_host()(host_mod)
+        for device_mod in device_mods.values():
+            finalize_device()(device_mod)
+    except Exception:  # noqa: BLE001 - any lowering error means the build would fail
+        return False
+    return True

@@ -1,0 +1,1 @@
+"""Strategy templates (TOML data), shipped inside kb_tvm as kb_tvm.schedules."""

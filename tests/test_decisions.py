@@ -1,0 +1,94 @@
+import math
+
+import numpy as np
+import pytest
+
+from kb_tvm import decisions
+from kb_tvm.decisions import FailureModel, MeasurementCost, RegionStats
+
+
+def region(name, latencies=(), failures=0, sampled=10):
+    return RegionStats(name, sampled=sampled, measured_log_latencies=[math.log(v) for v in latencies],
+                       failures=failures)
+
+
+def test_rank_regions_keeps_the_fastest_and_says_why_the_rest_go():
+    ranked = decisions.rank_regions(
+        [region("slow", [4.0, 5.0]), region("fast", [1.0, 3.0]), region("mid", [2.0]),
+         region("broken", [], failures=3), region("empty", [], sampled=0)],
+        keep=2,
+    )
+    assert [r.name for r, *_ in ranked][:3] == ["fast", "mid", "slow"]
+    kept = {r.name: (k, why) for r, _, k, why in ranked}
+    assert kept["fast"][0] and kept["mid"][0] and not kept["slow"][0]
+    assert "keeping 2" in kept["slow"][1]
+    assert not kept["broken"][0] and "no successful measurement" in kept["broken"][1]
+    assert not kept["empty"][0] and "no valid sample" in kept["empty"][1]
+
+
+def test_region_score_discounts_failures_and_uses_predictions():
+    clean = region("clean", [1.0, 1.0, 1.0])
+    flaky = region("flaky", [1.0], failures=2)
+    assert decisions.region_score(clean, 0.0) > decisions.region_score(flaky, 0.0)
+    promising = region("promising", [2.0])
+    promising.predicted_best_log_latency = math.log(0.5)
+    assert decisions.region_score(promising, 0.0) > decisions.region_score(region("plain", [2.0]), 0.0)
+
+
+def test_expected_improvement_prefers_lower_mean_and_more_uncertainty():
+    best = 0.0
+    ei = decisions.expected_improvement(np.array([-0.5, 0.0, 0.5, 0.5]), np.array([0.1, 0.1, 0.1, 1.0]), best)
+    assert ei[0] > ei[1] > ei[2] >= 0
+    assert ei[3] > ei[2]  # same mean, more uncertainty: more to gain
+    assert ei[0] == pytest.approx(0.5, abs=0.01)
+
+
+def test_exploration_shrinks_as_the_budget_runs_out():
+    weights = [decisions.exploration_weight(f) for f in (0.0, 0.5, 0.9, 1.0)]
+    assert weights == sorted(weights, reverse=True) and weights[-1] > 0
+
+
+def test_proposal_scores_weigh_gain_failure_and_seconds():
+    mu = np.array([-0.2, -0.2, -0.2])
+    sigma = np.full(3, 0.1)
+    gain, per_second = decisions.score_proposals(mu, sigma, np.array([0.0, 0.0, 0.9]),
+                                                 np.array([1.0, 4.0, 1.0]), best=0.0, exploration=1.0)
+    assert gain[0] == pytest.approx(gain[1]) and gain[2] < gain[0]
+    assert per_second[0] > per_second[1]  # same gain, cheaper
+    assert per_second[0] > per_second[2]  # same cost, likely to fail
+
+
+def test_measurement_cost_learns_fixed_and_per_candidate_seconds():
+    cost = MeasurementCost(prior_seconds_per_candidate=2.0)
+    assert cost.batch_seconds(10) == pytest.approx(20.0)
+    for n, lat in ((16, 0.01), (4, 0.02), (8, 0.005), (12, 0.03)):
+        cost.observe_batch(n, lat, 10.0 + 0.5 * n + 100.0 * lat)
+    assert cost.per_batch == pytest.approx(10.0, rel=1e-6)
+    assert cost.per_candidate == pytest.approx(0.5, rel=1e-6)
+    assert cost.per_run_second == pytest.approx(100.0, rel=1e-6)
+    # a candidate's share of a batch's fixed cost shrinks with the batch
+    assert cost.predict(0.0, batch_size=20) < cost.predict(0.0, batch_size=2)
+
+
+def test_batch_size_fits_what_is_left():
+    cost = MeasurementCost(prior_seconds_per_candidate=1.0)
+    assert decisions.batch_size(1000, cost, preferred=64, minimum=4) == 64
+    assert decisions.batch_size(40, cost, preferred=64, minimum=4) == 20
+    assert decisions.batch_size(2, cost, preferred=64, minimum=4) == 4
+
+
+def test_failure_model_learns_which_decisions_fail():
+    model = FailureModel()
+    assert model.probability(["a"]) == 0.0  # nothing seen: no reason to avoid anything
+    for _ in range(6):
+        model.observe(["tile=(4, 8)", "unroll=16"], failed=True)
+        model.observe(["tile=(2, 2)", "unroll=16"], failed=False)
+    bad = model.probability(["tile=(4, 8)", "unroll=64"])
+    good = model.probability(["tile=(2, 2)", "unroll=64"])
+    assert bad > 0.7 and good < bad
+    assert model.worst_keys()[0][0] == "tile=(4, 8)"
+
+
+def test_stop_rule_needs_the_rest_of_the_budget_to_pay():
+    assert decisions.worth_continuing(1e-3, 100.0, 0.005)
+    assert not decisions.worth_continuing(1e-5, 100.0, 0.005)

@@ -1,0 +1,151 @@
+"""KBSearch inside MetaSchedule on llvm, with real builds and real runs."""
+
+import json
+import math
+
+import pytest
+
+from kb_tvm.decision_log import read_log
+
+pytestmark = pytest.mark.tuning
+
+
+def _tune(workload_name, llvm_target, work_dir, budget, **kwargs):
+    from tvm.s_tir import meta_schedule as ms
+
+    from kb_tvm import KBSearch, ProgressRecorder
+    from kb_tvm.workloads import get_workload
+
+    recorder = ProgressRecorder()
+    search = KBSearch(budget=budget, seed=1, **kwargs.pop("search", {}))
+    database = ms.tune_tir(
+        get_workload(workload_name).module(), llvm_target, str(work_dir),
+        max_trials_global=kwargs.pop("max_trials_global", 10_000), num_trials_per_iter=8,
+        cost_model="random", strategy=search,
+        measure_callbacks=ms.MeasureCallback.create("default") + [recorder], **kwargs,
+    )
+    return search, database, recorder
+
+
+@pytest.fixture(scope="module")
+def tuned_gemm(tmp_path_factory, llvm_target):
+    work_dir = tmp_path_factory.mktemp("kb-gemm")
+    search, database, recorder = _tune("gemm-128", llvm_target, work_dir, "40s")
+    (log_path,) = (work_dir / "kb_logs").glob("*.jsonl")
+    return search, database, recorder, read_log(log_path)
+
+
+def test_kbsearch_tunes_through_tune_tir_and_fills_the_database(tuned_gemm):
+    search, database, recorder, log = tuned_gemm
+    records = database.get_all_tuning_records()
+    ok = [r for r in records if r.run_secs]
+    assert len(ok) >= 8
+    assert recorder.trials == len(records)
+    best_db = min(sum(float(s) for s in r.run_secs) / len(r.run_secs) for r in ok)
+    assert recorder.best_ms == pytest.approx(best_db * 1e3)
+
+
+def test_kbsearch_stops_within_budget_plus_one_batch(tuned_gemm):
+    search, _, _, log = tuned_gemm
+    batches = [e for e in log if e["event"] == "batch"]
+    stop = log[-1]
+    assert stop["event"] == "stop"
+    assert stop["reason"] in ("budget spent", "tuning ended by the task scheduler") or "gain" in stop["reason"]
+    longest_batch = max(b["seconds"] for b in batches)
+    # every batch but the last started before the budget ran out
+    assert all(b["budget_spent_s"] - b["seconds"] < 40.0 for b in batches)
+    assert stop["budget_spent_s"] <= 40.0 + longest_batch + 2.0
+    assert search.budget.spent <= 40.0 + longest_batch + 5.0
+
+
+def test_decision_log_shows_coarse_ranking_then_cost_aware_fine_search(tuned_gemm):
+    *_, log = tuned_gemm
+    events = [e["event"] for e in log]
+    assert events[0] == "start" and events[1] == "coarse-sampled"
+    assert events.index("regions") < events.index("proposals")
+    sampled = log[1]
+    assert sampled["valid"] > 0 and sampled["regions"]
+    (regions,) = [e for e in log if e["event"] == "regions"]
+    assert any(r["kept"] for r in regions["regions"])
+    assert all(r["why"] for r in regions["regions"])
+    scores = [r["score"] for r in regions["regions"]]
+    assert scores == sorted(scores, reverse=True)
+    proposals = [e for e in log if e["event"] == "proposals"]
+    assert all(p["predicted_seconds"] >= 0 and "expected_gain_per_second" in p for p in proposals)
+    fine_batches = [e for e in log if e["event"] == "batch" and e["phase"] != "coarse"]
+    assert fine_batches, "the fine phase never measured anything"
+    predicted = [c for b in fine_batches for c in b["candidates"] if c["predicted_ms"] is not None]
+    assert predicted and all(c["origin"].startswith(("mutate:", "sample")) for c in predicted)
+    for line in log:  # plain JSON: every line round-trips
+        assert json.loads(json.dumps(line)) == line
+
+
+def test_best_never_regresses_and_is_never_worse_than_the_coarse_best(tuned_gemm):
+    *_, log = tuned_gemm
+    batches = [e for e in log if e["event"] == "batch"]
+    bests = [b["best_ms"] for b in batches if b["best_ms"] is not None]
+    coarse = [b["best_ms"] for b in batches if b["phase"] == "coarse" and b["best_ms"] is not None]
+    assert bests and coarse
+    # best is the median of a candidate's measurements, so a re-measurement may move it a little,
+    # but it never falls back towards the coarse phase's best
+    assert bests[-1] <= min(coarse) * 1.05
+    assert log[-1]["best_ms"] == pytest.approx(bests[-1])
+
+
+def test_the_trial_cap_still_holds(tmp_path, llvm_target):
+    _, database, recorder = _tune("gemm-128", llvm_target, tmp_path, "5m", max_trials_global=12)
+    assert recorder.trials <= 12
+    assert len(database.get_all_tuning_records()) == recorder.trials
+
+
+def _small_relax_model():
+    from tvm.script import ir as I
+    from tvm.script import relax as R
+
+    @I.ir_module
+    class Model:
+        @R.function
+        def main(x: R.Tensor((64, 64), "float32"), w: R.Tensor((64, 64), "float32")):
+            with R.dataflow():
+                y = R.matmul(x, w)
+                z = R.nn.relu(y)
+                out = R.add(z, x)
+                R.output(out)
+            return out
+
+    return Model
+
+
+def test_kbsearch_works_in_tune_relax_with_one_shared_budget(tmp_path, llvm_target):
+    from tvm import relax
+    from tvm.s_tir import meta_schedule as ms
+
+    from kb_tvm import KBSearch, TuningBudget
+
+    mod = relax.transform.LegalizeOps()(_small_relax_model())
+    budget = TuningBudget("30s")
+    ms.relax_integration.tune_relax(
+        mod, params={}, target=llvm_target, work_dir=str(tmp_path), max_trials_global=10_000,
+        num_trials_per_iter=8, cost_model="random", strategy=KBSearch(budget=budget, seed=2),
+    )
+    logs = sorted((tmp_path / "kb_logs").glob("*.jsonl"))
+    assert len(logs) >= 2  # one decision log per task
+    stops = [read_log(p)[-1] for p in logs]
+    assert all(s["event"] == "stop" for s in stops)
+    assert budget.spent < 30.0 + 30.0  # one budget for all tasks, at most a batch over
+    database = ms.database.JSONDatabase(work_dir=str(tmp_path))
+    assert len(database.get_all_tuning_records()) > 0
+
+
+def test_bad_options_are_clear_errors():
+    from kb_tvm import KBSearch
+
+    with pytest.raises(ValueError, match="keep_regions=0: must be an integer >= 1"):
+        KBSearch(budget="1m", keep_regions=0)
+    with pytest.raises(ValueError, match="refine_after=1.5: must be a fraction"):
+        KBSearch(budget="1m", refine_after=1.5)
+    with pytest.raises(TypeError, match="unknown KBSearch option"):
+        KBSearch(budget="1m", population=10)
+    with pytest.raises(ValueError, match='"1h30m"'):
+        KBSearch(budget="soon")
+    assert not math.isnan(KBSearch(budget=90).budget.total)

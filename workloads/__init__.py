@@ -1,0 +1,150 @@
+"""Operator workloads for `kb-tvm tune-op NAME` and the benchmarks (shipped as kb_tvm.workloads).
+
+Each workload is a TensorIR function built from TE, with its FLOP count for GFLOP/s and the
+MetaSchedule space it is tuned in on CUDA ("cuda" or, for fp16 GEMMs, "cuda-tensorcore").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    description: str
+    flops: float
+    build: Callable[[], object]  # -> tvm.IRModule with one PrimFunc "main"
+    cuda_space: str = "cuda"  # MetaSchedule space kind on CUDA targets
+
+    def module(self):
+        return self.build()
+
+
+def _module(*tensors):
+    import tvm
+    from tvm import te
+
+    return tvm.IRModule({"main": te.create_prim_func(list(tensors))})
+
+
+def _gemm(m: int, n: int, k: int, dtype: str, gelu: bool = False):
+    def build():
+        from tvm import te, tirx
+
+        out_dtype = "float32"
+        a = te.placeholder((m, k), dtype, name="A")
+        b = te.placeholder((k, n), dtype, name="B")
+        r = te.reduce_axis((0, k), name="k")
+        c = te.compute(
+            (m, n),
+            lambda i, j: te.sum(a[i, r].astype(out_dtype) * b[r, j].astype(out_dtype), axis=r),
+            name="C",
+        )
+        if not gelu:
+            return _module(a, b, c)
+        # GELU(x) = 0.5 x (1 + erf(x / sqrt 2)), fused after the GEMM
+        d = te.compute(
+            (m, n),
+            lambda i, j: 0.5 * c[i, j] * (1.0 + tirx.erf(c[i, j] * (1.0 / math.sqrt(2.0)))),
+            name="gelu",
+        )
+        return _module(a, b, d)
+
+    return build
+
+
+def _batch_matmul(batch: int, m: int, n: int, k: int):
+    def build():
+        from tvm import te
+
+        a = te.placeholder((batch, m, k), "float32", name="A")
+        b = te.placeholder((batch, k, n), "float32", name="B")
+        r = te.reduce_axis((0, k), name="k")
+        c = te.compute((batch, m, n), lambda x, i, j: te.sum(a[x, i, r] * b[x, r, j], axis=r), name="C")
+        return _module(a, b, c)
+
+    return build
+
+
+def _conv2d(n: int, c: int, hw: int, f: int, ksize: int, stride: int, pad: int):
+    def build():
+        from tvm import te, topi
+
+        data = te.placeholder((n, c, hw, hw), "float32", name="data")
+        weight = te.placeholder((f, c, ksize, ksize), "float32", name="weight")
+        out = topi.nn.conv2d_nchw(data, weight, stride, pad, 1)
+        return _module(data, weight, out)
+
+    return build
+
+
+def _softmax(rows: int, cols: int):
+    def build():
+        from tvm import te, topi
+
+        x = te.placeholder((rows, cols), "float32", name="x")
+        return _module(x, topi.nn.softmax(x))
+
+    return build
+
+
+def _layernorm(rows: int, cols: int):
+    def build():
+        from tvm import te, topi
+
+        x = te.placeholder((rows, cols), "float32", name="x")
+        gamma = te.placeholder((cols,), "float32", name="gamma")
+        beta = te.placeholder((cols,), "float32", name="beta")
+        return _module(x, gamma, beta, topi.nn.layer_norm(x, gamma, beta, axis=[1]))
+
+    return build
+
+
+def _conv_flops(n, c, hw, f, ksize, stride, pad):
+    out = (hw + 2 * pad - ksize) // stride + 1
+    return 2.0 * n * f * out * out * c * ksize * ksize
+
+
+def _all() -> dict[str, Workload]:
+    items = []
+    for size, dtype in ((128, "float32"), (512, "float32"), (1024, "float32"), (2048, "float32")):
+        items.append(Workload(f"gemm-{size}", f"GEMM {size}^3, {dtype}", 2.0 * size**3,
+                              _gemm(size, size, size, dtype)))
+    items.append(Workload("gemm-768x512x640", "GEMM M=768 N=640 K=512, float32", 2.0 * 768 * 640 * 512,
+                          _gemm(768, 640, 512, "float32")))
+    for size in (1024, 4096):
+        items.append(Workload(f"gemm-{size}-fp16", f"GEMM {size}^3, float16 in, float32 accumulate "
+                              "(tensor-core space on CUDA)", 2.0 * size**3,
+                              _gemm(size, size, size, "float16"), cuda_space="cuda-tensorcore"))
+    for size in (256, 1024, 2048):
+        items.append(Workload(f"gemm-gelu-{size}", f"GEMM {size}^3 + GELU, float32",
+                              2.0 * size**3 + 8.0 * size**2, _gemm(size, size, size, "float32", gelu=True)))
+    items.append(Workload("batch_matmul-12x128x128x64", "batched GEMM 12 x (128x64 @ 64x128), float32 "
+                          "(attention scores)", 2.0 * 12 * 128 * 128 * 64, _batch_matmul(12, 128, 128, 64)))
+    items.append(Workload("batch_matmul-16x256x256x256", "batched GEMM 16 x 256^3, float32",
+                          2.0 * 16 * 256**3, _batch_matmul(16, 256, 256, 256)))
+    conv = (1, 64, 56, 64, 3, 1, 1)
+    items.append(Workload("conv2d-56x56x64", "conv2d NCHW 1x64x56x56, 64 filters 3x3, stride 1 (ResNet)",
+                          _conv_flops(*conv), _conv2d(*conv)))
+    conv = (1, 32, 28, 32, 3, 1, 1)
+    items.append(Workload("conv2d-28x28x32", "conv2d NCHW 1x32x28x28, 32 filters 3x3, stride 1 (small)",
+                          _conv_flops(*conv), _conv2d(*conv)))
+    for rows, cols in ((128, 768), (1024, 4096)):
+        items.append(Workload(f"softmax-{rows}x{cols}", f"softmax over rows of {rows}x{cols}, float32",
+                              5.0 * rows * cols, _softmax(rows, cols)))
+        items.append(Workload(f"layernorm-{rows}x{cols}", f"layer norm over rows of {rows}x{cols}, float32",
+                              8.0 * rows * cols, _layernorm(rows, cols)))
+    return {w.name: w for w in items}
+
+
+WORKLOADS: dict[str, Workload] = _all()
+
+
+def get_workload(name: str) -> Workload:
+    try:
+        return WORKLOADS[name]
+    except KeyError:
+        raise ValueError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}") from None
