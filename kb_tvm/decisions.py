@@ -181,12 +181,17 @@ class FailureModel:
 
 # ---------------------------------------------------------------- pacing
 def batch_size(remaining_seconds: float, cost: MeasurementCost, preferred: int, minimum: int) -> int:
-    """The preferred batch, shrunk so that one batch costs at most half of what is left (the
-    last batch then overshoots little), never below `minimum` (a batch must amortise its fixed cost)."""
+    """Full batches while they fit in what is left (a batch has a fixed cost, so small ones
+    waste it); the last one shrinks to fit, never below `minimum`."""
     n = preferred
-    while n > minimum and cost.batch_seconds(n) > 0.5 * remaining_seconds:
+    while n > minimum and cost.batch_seconds(n) > remaining_seconds:
         n -= 1
     return max(1, n)
+
+
+def overruns(remaining_seconds: float, batch_seconds: float) -> bool:
+    """A batch that would spend more than half of itself past the budget is not started."""
+    return remaining_seconds < 0.5 * batch_seconds
 
 
 def worth_continuing(expected_gain_per_second: float, remaining_seconds: float, min_total_gain: float) -> bool:

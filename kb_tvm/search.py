@@ -96,6 +96,7 @@ class TaskSearch:
         self.workers = self.num_cores
         self.executor = ThreadPoolExecutor(self.workers, thread_name_prefix="kb-search")
         self._local = threading.local()
+        self.samplers: dict[int, object] = {}  # design space -> ReplayTrace drawing its samples
         self.pool: list[Candidate] = []  # sampled in the coarse phase, not yet measured
         self.measured: list[Candidate] = []
         self.regions: dict[str, decisions.RegionStats] = {}
@@ -125,6 +126,10 @@ class TaskSearch:
         preferred = min(self.trials_per_batch, self.max_trials - self.trials)
         n = decisions.batch_size(self.budget.remaining, self.cost, preferred=preferred,
                                  minimum=min(max(self.num_cores, preferred // 4), preferred))
+        if self.batches and decisions.overruns(self.budget.remaining, self.cost.batch_seconds(n)):
+            self._stop(f"the next batch (~{self.cost.batch_seconds(n):.0f}s) would overrun the "
+                       f"{self.budget.remaining:.0f}s left by more than half")
+            return None
         if self.phase == "coarse" and self._coarse_done():
             self._keep_best_regions()
         batch = self._coarse_batch(n) if self.phase == "coarse" else self._fine_batch(n)
@@ -189,10 +194,9 @@ class TaskSearch:
             found, tries = 0, 0
             wanted = self.opt.coarse_samples_per_space
             while found < wanted and tries < 8 * wanted and time.monotonic() < deadline:
-                jobs = [(self._blank_trace(space_index), space_index, "sample")
-                        for _ in range(min(chunk, wanted - found))]
-                tries += len(jobs)
-                made = self._realize(jobs)
+                asked = min(chunk, wanted - found)
+                tries += asked
+                made = self._sample_space(space_index, asked)
                 self.pool += made
                 found += len(made)
         self._extract_features(self.pool)
@@ -327,14 +331,13 @@ class TaskSearch:
         deadline = time.monotonic() + max(1.0, 0.05 * self.cost.batch_seconds(count // self.opt.proposals_per_trial))
         spaces = sorted({int(name.split("/")[0][1:]) for name in kept}) or list(range(len(self.spaces)))
         while len(proposals) < count and attempts < 4 * count and time.monotonic() < deadline:
-            jobs = []
+            jobs, fresh = [], 0
             for _ in range(min(8 * self.workers, count - len(proposals))):
                 if not elites or self.rng.random() < explore_share:
                     if self.pool:  # coarse samples of the kept regions not yet measured
                         proposals.append(self.pool.pop(int(self.rng.integers(len(self.pool)))))
                     else:
-                        space = int(self.rng.choice(spaces))
-                        jobs.append((self._blank_trace(space), space, "sample"))
+                        fresh += 1
                     continue
                 parent = elites[self.rng.choice(len(elites), p=rank_weights)]
                 mutator = mutators[self.rng.choice(len(mutators), p=weights)][0]
@@ -344,8 +347,10 @@ class TaskSearch:
                     trace = None
                 if trace is not None:
                     jobs.append((trace, parent.space, f"mutate:{type(mutator).__name__}"))
-            attempts += max(len(jobs), 1)
+            attempts += max(len(jobs) + fresh, 1)
             proposals += self._realize(jobs)
+            if fresh:
+                proposals += self._sample_space(int(self.rng.choice(spaces)), fresh)
         return proposals
 
     def _check_worth(self, rate: float) -> None:
@@ -360,21 +365,41 @@ class TaskSearch:
                        f"{self.opt.min_total_gain:.1%} for {self.low_gain_rounds} rounds")
 
     # ------------------------------------------------------------ candidates
-    def _blank_trace(self, space_index: int):
-        """The design space's trace without decisions: replaying it samples new ones."""
-        from tvm.s_tir.schedule import Trace
-
-        return Trace(self.spaces[space_index].trace.insts, {})
-
     def _realize(self, jobs: list[tuple[object, int, str]]) -> list[Candidate]:
         """Replay (trace, space, origin) jobs into postprocessed, verified, new candidates.
         The TVM work runs on `workers` threads (TVM releases the GIL)."""
-        from tvm_ffi import structural_hash
-
         seeds = [int(v) for v in self.rng.integers(1, 1 << 30, size=len(jobs))]
         work = [(trace, seed) for (trace, _, _), seed in zip(jobs, seeds)]
+        replayed = self.executor.map(self._replay, work)
+        return self._admit([(sch, reason, space, origin) for (sch, reason), (_, space, origin) in zip(replayed, jobs)])
+
+    def _sample_space(self, space_index: int, count: int) -> list[Candidate]:
+        """`count` random valid samples of one design space, drawn by MetaSchedule's own
+        multi-threaded ReplayTrace (faster than replaying from Python), then verified."""
+        from tvm.s_tir.meta_schedule.search_strategy import ReplayTrace
+
+        sampler = self.samplers.get(space_index)
+        if sampler is None:
+            sampler = ReplayTrace(max_fail_count=64)
+            sampler._initialize_with_tune_context(self.ctx)
+            sampler.pre_tuning(1 << 30, count, [self.spaces[space_index]], None, None)
+            self.samplers[space_index] = sampler
+        drawn = sampler.generate_measure_candidates() or []
+        self.dropped["postproc"] += max(0, count - len(drawn))  # ReplayTrace's own failures, at least
+        checked = self.executor.map(self._verify, [c.sch for c in drawn])
+        return self._admit([(sch, reason, space_index, "sample") for sch, reason in checked])
+
+    def _verify(self, sch) -> tuple[object | None, str | None]:
+        if self.verify and not lowers_cleanly(sch.mod, self.ctx.target):
+            return None, "verify"
+        return sch, None
+
+    def _admit(self, replayed) -> list[Candidate]:
+        """Keep new valid schedules as candidates; count the dropped by reason."""
+        from tvm_ffi import structural_hash
+
         made = []
-        for (sch, reason), (_, space_index, origin) in zip(self.executor.map(self._replay, work), jobs):
+        for sch, reason, space_index, origin in replayed:
             if reason is None:
                 key = structural_hash(sch.mod)
                 reason = "duplicate" if key in self.seen else None
@@ -404,9 +429,7 @@ class TaskSearch:
             valid = False
         if not valid:
             return None, "postproc"
-        if self.verify and not lowers_cleanly(sch.mod, self.ctx.target):
-            return None, "verify"
-        return sch, None
+        return self._verify(sch)
 
     @staticmethod
     def _failure_keys(trace, space_index: int, props: dict[str, float]) -> list[str]:

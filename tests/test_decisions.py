@@ -73,8 +73,10 @@ def test_measurement_cost_learns_fixed_and_per_candidate_seconds():
 def test_batch_size_fits_what_is_left():
     cost = MeasurementCost(prior_seconds_per_candidate=1.0)
     assert decisions.batch_size(1000, cost, preferred=64, minimum=4) == 64
-    assert decisions.batch_size(40, cost, preferred=64, minimum=4) == 20
+    assert decisions.batch_size(40, cost, preferred=64, minimum=4) == 40
     assert decisions.batch_size(2, cost, preferred=64, minimum=4) == 4
+    assert decisions.overruns(remaining_seconds=2, batch_seconds=10)
+    assert not decisions.overruns(remaining_seconds=6, batch_seconds=10)
 
 
 def test_failure_model_learns_which_decisions_fail():

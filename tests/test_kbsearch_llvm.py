@@ -50,7 +50,8 @@ def test_kbsearch_stops_within_budget_plus_one_batch(tuned_gemm):
     batches = [e for e in log if e["event"] == "batch"]
     stop = log[-1]
     assert stop["event"] == "stop"
-    assert stop["reason"] in ("budget spent", "tuning ended by the task scheduler") or "gain" in stop["reason"]
+    reason = stop["reason"]
+    assert reason in ("budget spent", "tuning ended by the task scheduler") or "gain" in reason or "overrun" in reason
     longest_batch = max(b["seconds"] for b in batches)
     # every batch but the last started before the budget ran out
     assert all(b["budget_spent_s"] - b["seconds"] < 40.0 for b in batches)
