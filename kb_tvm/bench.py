@@ -68,9 +68,8 @@ def summarize(runs: dict[str, dict]) -> dict:
 def main(workloads, budget, target, order, trials_per_batch, seed, out) -> None:
     from kb_tvm.workloads import get_workload
 
-    from .tuning import make_target, quiet_metaschedule, tune_operator
+    from .tuning import make_target, tune_operator
 
-    quiet_metaschedule()
     tvm_target = make_target(target)
     strategies = [s.strip() for s in order.split(",")]
     out_path = Path(out)
@@ -97,7 +96,7 @@ def main(workloads, budget, target, order, trials_per_batch, seed, out) -> None:
             with tempfile.TemporaryDirectory(prefix=f"kb-bench-{name}-{strategy}-") as work_dir:
                 result = tune_operator(workload, target=tvm_target, budget=budget, work_dir=work_dir,
                                        strategy=strategy, trials_per_batch=trials_per_batch, seed=seed,
-                                       on_progress=progress)
+                                       on_progress=progress, quiet=True)
                 if strategy == "kb":  # keep the decision log beside the results
                     logs = sorted(Path(work_dir, "kb_logs").glob("*.jsonl"))
                     if logs:

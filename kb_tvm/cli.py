@@ -63,7 +63,7 @@ def tune_op(name, budget, target, work_dir, strategy, trials_per_batch, max_tria
         workload = get_workload(name)
     except ValueError as err:
         _fail(str(err))
-    from .tuning import make_target, quiet_metaschedule, tune_operator
+    from .tuning import make_target, tune_operator
 
     try:
         tvm_target = make_target(target)
@@ -77,7 +77,6 @@ def tune_op(name, budget, target, work_dir, strategy, trials_per_batch, max_tria
         probe.unlink()
     except OSError as err:
         _fail(f"work dir {work_dir} is not writable: {err.strerror}")
-    quiet_metaschedule()
     click.echo(f"tuning {name} ({workload.description}) on {tvm_target.kind.name} with {strategy}, "
                f"budget {format_seconds(parse_budget(budget))}, work dir {work_dir}")
 
@@ -90,7 +89,7 @@ def tune_op(name, budget, target, work_dir, strategy, trials_per_batch, max_tria
 
     result = tune_operator(workload, target=tvm_target, budget=budget, work_dir=work_dir, strategy=strategy,
                            trials_per_batch=trials_per_batch, max_trials=max_trials, seed=seed,
-                           on_progress=progress)
+                           on_progress=progress, quiet=True)
     if result.final_ms is None:
         _fail(f"no candidate of {name} built and ran in {format_seconds(result.seconds)}; see {work_dir}/logs")
     click.echo(f"best {result.final_ms:.4f} ms ({result.gflops:.1f} GFLOP/s, re-timed), "

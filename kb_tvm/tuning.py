@@ -95,11 +95,6 @@ def _space_for(workload, target):
     return "post-order-apply"
 
 
-def quiet_metaschedule() -> None:
-    """MetaSchedule prints a table per batch; kb-tvm shows its own progress line instead."""
-    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
-
-
 def tune_operator(
     workload,
     *,
@@ -113,9 +108,11 @@ def tune_operator(
     runner=None,
     seed: int | None = None,
     on_progress: Callable[[dict], None] | None = None,
+    quiet: bool = False,
 ) -> TuneResult:
     """Tune `workload` for `budget` wall seconds with kb (KBSearch) or stock MetaSchedule
-    (EvolutionarySearch stopped at the budget). Builder and runner default to local ones."""
+    (EvolutionarySearch stopped at the budget). Builder and runner default to local ones.
+    quiet: keep MetaSchedule's per-batch tables out of the console (they still go to work_dir/logs)."""
     from tvm.s_tir import meta_schedule as ms
 
     from .adapter import KBSearch, ProgressRecorder, TimeCappedSearch
@@ -148,6 +145,8 @@ def tune_operator(
         if on_progress is not None:
             on_progress(point)
 
+    if quiet:  # MetaSchedule sizes its console handler from this level at every tune_tir call
+        logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     recorder = ProgressRecorder(on_progress=progress)
     started = time.monotonic()
     database = ms.tune_tir(

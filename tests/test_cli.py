@@ -1,0 +1,61 @@
+"""The kb-tvm command line as a user runs it."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from kb_tvm.cli import main
+
+
+@pytest.mark.parametrize("args, message", [
+    (["tune-op", "no-such-op"], "unknown workload 'no-such-op'; known: gemm-128"),
+    (["tune-op", "gemm-128", "--budget", "ten minutes"], 'budget \'ten minutes\' is not a duration: use "90s"'),
+    (["tune-op", "gemm-128", "--budget", "0s"], "must be a positive duration"),
+    (["tune-op", "gemm-128", "--target", "tpu"], "unknown target 'tpu': use llvm, cuda, or a JSON target"),
+    (["tune-op", "gemm-128", "--target", '{"kind": "llvm"'], "is not valid JSON"),
+])
+def test_bad_input_is_a_one_line_error(args, message):
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code != 0
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    assert lines[0].startswith("Error: ") and message in lines[0]
+
+
+def test_an_unwritable_work_dir_is_a_one_line_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    result = CliRunner().invoke(main, ["tune-op", "gemm-128", "--target", "llvm",
+                                       "--work-dir", str(blocker / "work")])
+    assert result.exit_code != 0
+    assert result.output.startswith("Error: work dir") and result.output.count("\n") == 1
+
+
+def test_ops_lists_every_workload_family():
+    result = CliRunner().invoke(main, ["ops"])
+    assert result.exit_code == 0
+    for family in ("gemm-", "gemm-gelu-", "conv2d-", "batch_matmul-", "softmax-", "layernorm-", "-fp16"):
+        assert family in result.output
+
+
+@pytest.mark.tuning
+def test_tune_op_end_to_end_shows_progress_and_a_result(tmp_path):
+    work_dir = tmp_path / "work"
+    out = tmp_path / "result.json"
+    run = subprocess.run(
+        [sys.executable, "-m", "kb_tvm.cli", "tune-op", "gemm-128", "--budget", "25s", "--target", "llvm",
+         "--work-dir", str(work_dir), "--json-out", str(out), "--seed", "3"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    progress = [line for line in run.stdout.splitlines() if line.startswith("[")]
+    assert progress and all("trials" in line and "best" in line for line in progress)
+    assert "GFLOP/s, re-timed" in run.stdout and "trials" in run.stdout.splitlines()[-2]
+    result = json.loads(out.read_text())
+    assert result["strategy"] == "kb" and result["final_ms"] > 0 and result["trials"] > 0
+    assert result["gflops"] == pytest.approx(2 * 128**3 / (result["final_ms"] * 1e-3) / 1e9)
+    assert (work_dir / "database_tuning_record.json").stat().st_size > 0
+    assert list((work_dir / "kb_logs").glob("*.jsonl"))
