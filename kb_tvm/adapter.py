@@ -65,17 +65,18 @@ class KBSearch(PySearchStrategy):
     KBSearch(budget="10m") spends at most the budget in wall-clock seconds (plus at most
     one measurement batch); trials (tune_tir's max_trials_*) stay an optional cap. Clones
     made for the tasks of one job share its budget. It writes one decision log per task
-    under `log_dir` (default: `<work_dir>/kb_logs`, found from a JSONDatabase).
+    under `log_dir` (default: `<work_dir>/kb_logs`, found from a JSONDatabase), and hands
+    every logged event (a dict with "event", "task" and its fields) to `on_event`.
     """
 
     def __init__(self, *, budget: str | float | TuningBudget, templates_dir: str | None = None,
-                 log_dir: str | None = None, on_stop: Callable[[str, str], None] | None = None,
+                 log_dir: str | None = None, on_event: Callable[[dict], None] | None = None,
                  **options) -> None:
         self.budget = budget if isinstance(budget, TuningBudget) else TuningBudget(budget)
         self.options = _validated_options(**options)
         self.templates_dir = templates_dir
         self.log_dir = log_dir
-        self.on_stop = on_stop
+        self.on_event = on_event
         self.context = None
         self.task: TaskSearch | None = None
 
@@ -89,7 +90,15 @@ class KBSearch(PySearchStrategy):
         if log_dir is None:
             path = getattr(database, "path_workload", None)
             log_dir = os.path.join(os.path.dirname(path) if path else os.getcwd(), "kb_logs")
-        log = DecisionLog.for_task(log_dir, self.context.task_name or "task")
+        task_name = self.context.task_name or "task"
+        listener = None
+        if self.on_event is not None:
+            on_event = self.on_event
+
+            def listener(record: dict) -> None:
+                on_event({**record, "task": task_name})
+
+        log = DecisionLog.for_task(log_dir, task_name, listener)
         self.budget.start()
         options = self.options
         if options.seed is None and self.context.rand_state >= 0:
@@ -106,8 +115,6 @@ class KBSearch(PySearchStrategy):
         task = self.task
         if task is not None:
             task._stop("tuning ended by the task scheduler")
-            if self.on_stop is not None:
-                self.on_stop(self.context.task_name, task.stop_reason)
 
     def generate_measure_candidates(self):
         batch = self.task.next_batch()
@@ -121,7 +128,7 @@ class KBSearch(PySearchStrategy):
     def clone(self) -> SearchStrategy:
         # clones (one per task) share the budget: it counts seconds of the whole job
         return KBSearch(budget=self.budget, templates_dir=self.templates_dir, log_dir=self.log_dir,
-                        on_stop=self.on_stop, **vars(self.options))
+                        on_event=self.on_event, **vars(self.options))
 
 
 @derived_object

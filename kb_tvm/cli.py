@@ -29,6 +29,22 @@ def main() -> None:
     """kb_tvm: budget-aware kernel tuning for TVM MetaSchedule."""
 
 
+def _show_event(record: dict) -> None:
+    """The search's phase changes, one line each (the rest is in the decision log)."""
+    event = record["event"]
+    if event == "coarse-sampled":
+        dropped = ", ".join(f"{n} {why}" for why, n in record["dropped"].items() if n)
+        click.echo(f"coarse: {record['valid']} valid candidates in {len(record['regions'])} regions "
+                   f"({record['seconds']:.1f}s; dropped: {dropped or 'none'}); measuring a few per region")
+    elif event == "regions":
+        kept = [r["region"] for r in record["regions"] if r["kept"]]
+        click.echo(f"fine: kept regions {', '.join(kept)} of {len(record['regions'])}")
+    elif event == "phase":
+        click.echo(f"{record['phase']}: {record['why']}")
+    elif event == "stop" and record["reason"] != "budget spent":
+        click.echo(f"stop: {record['reason']}")
+
+
 @main.command("ops")
 def list_ops() -> None:
     """List the operator workloads that tune-op knows."""
@@ -89,7 +105,7 @@ def tune_op(name, budget, target, work_dir, strategy, trials_per_batch, max_tria
 
     result = tune_operator(workload, target=tvm_target, budget=budget, work_dir=work_dir, strategy=strategy,
                            trials_per_batch=trials_per_batch, max_trials=max_trials, seed=seed,
-                           on_progress=progress, quiet=True)
+                           on_progress=progress, on_event=_show_event, quiet=True)
     if result.final_ms is None:
         _fail(f"no candidate of {name} built and ran in {format_seconds(result.seconds)}; see {work_dir}/logs")
     click.echo(f"best {result.final_ms:.4f} ms ({result.gflops:.1f} GFLOP/s, re-timed), "

@@ -7,6 +7,7 @@ import json
 import math
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -23,27 +24,32 @@ def _clean(value):
 
 
 class DecisionLog:
-    def __init__(self, path: str | Path | None) -> None:
+    """Writes events to `path` (if any) and hands each to `listener` (if any), e.g. a CLI
+    that prints the phase changes."""
+
+    def __init__(self, path: str | Path | None, listener: Callable[[dict], None] | None = None) -> None:
         self.path = Path(path) if path is not None else None
+        self.listener = listener
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
 
     @staticmethod
-    def for_task(log_dir: str | Path, task_name: str) -> DecisionLog:
+    def for_task(log_dir: str | Path, task_name: str, listener: Callable[[dict], None] | None = None) -> DecisionLog:
         stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", task_name) or "task"
         path = Path(log_dir) / f"{stem}.jsonl"
         index = 1
         while path.exists():  # a second task of the same name, or a second run: never mix logs
             index += 1
             path = Path(log_dir) / f"{stem}.{index}.jsonl"
-        return DecisionLog(path)
+        return DecisionLog(path, listener)
 
     def write(self, event: str, **fields) -> None:
-        if self.path is None:
-            return
         record = {"event": event, "time": round(time.time(), 3), **_clean(fields)}
-        with self.path.open("a") as out:
-            out.write(json.dumps(record) + "\n")
+        if self.path is not None:
+            with self.path.open("a") as out:
+                out.write(json.dumps(record) + "\n")
+        if self.listener is not None:
+            self.listener(record)
 
 
 def read_log(path: str | Path) -> list[dict]:

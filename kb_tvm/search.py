@@ -110,6 +110,7 @@ class TaskSearch:
         self.batch_started = 0.0
         self.batch_predictions: list[float | None] = []
         self.batch_origins: list[str] = []
+        self.spent_at_start = budget.spent  # a task may start late in a shared budget
 
     # ------------------------------------------------------------ the loop
     def next_batch(self) -> list[Candidate] | None:
@@ -211,7 +212,9 @@ class TaskSearch:
     def _coarse_done(self) -> bool:
         if not self.pool:
             return True
-        if self.budget.fraction_used >= self.opt.coarse_max_fraction:
+        if not self.batches:  # regions are ranked on measurements: at least one batch first
+            return False
+        if (self.budget.spent - self.spent_at_start) >= self.opt.coarse_max_fraction * self.budget.total:
             return True
         return all(s.trials >= self.opt.coarse_trials_per_region or not self._unmeasured(name)
                    for name, s in self.regions.items())

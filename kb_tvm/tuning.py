@@ -108,10 +108,12 @@ def tune_operator(
     runner=None,
     seed: int | None = None,
     on_progress: Callable[[dict], None] | None = None,
+    on_event: Callable[[dict], None] | None = None,
     quiet: bool = False,
 ) -> TuneResult:
     """Tune `workload` for `budget` wall seconds with kb (KBSearch) or stock MetaSchedule
     (EvolutionarySearch stopped at the budget). Builder and runner default to local ones.
+    on_progress gets the anytime curve's points, on_event KBSearch's decision-log events.
     quiet: keep MetaSchedule's per-batch tables out of the console (they still go to work_dir/logs)."""
     from tvm.s_tir import meta_schedule as ms
 
@@ -132,8 +134,15 @@ def tune_operator(
     if runner is None:
         runner = ms.runner.LocalRunner(timeout_sec=30)
     stop_reasons: list[str] = []
+
+    def event(record: dict) -> None:
+        if record["event"] == "stop":
+            stop_reasons.append(record["reason"])
+        if on_event is not None:
+            on_event(record)
+
     if strategy == "kb":
-        search = KBSearch(budget=tuning_budget, seed=seed, on_stop=lambda task, why: stop_reasons.append(why))
+        search = KBSearch(budget=tuning_budget, seed=seed, on_event=event)
         cost_model = "random"  # KBSearch trains its own model; skip training the stock one
     else:
         search = TimeCappedSearch(budget=tuning_budget)
@@ -147,7 +156,12 @@ def tune_operator(
 
     if quiet:  # MetaSchedule sizes its console handler from this level at every tune_tir call
         logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+    # TVM registers its tensor intrinsics on first use (~10 s of TVMScript parsing, once per
+    # process): keep that out of whichever strategy happens to run first
+    import tvm.s_tir.tensor_intrin  # noqa: F401
+
     recorder = ProgressRecorder(on_progress=progress)
+    tuning_budget.start()  # the rest of the job counts, MetaSchedule's own set-up included
     started = time.monotonic()
     database = ms.tune_tir(
         workload.module(), target, str(work_dir), max_trials_global=max_trials,

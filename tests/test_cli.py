@@ -51,8 +51,12 @@ def test_tune_op_end_to_end_shows_progress_and_a_result(tmp_path):
         capture_output=True, text=True, timeout=300,
     )
     assert run.returncode == 0, run.stderr[-2000:]
-    progress = [line for line in run.stdout.splitlines() if line.startswith("[")]
+    lines = run.stdout.splitlines()
+    progress = [line for line in lines if line.startswith("[")]
     assert progress and all("trials" in line and "best" in line for line in progress)
+    # the search's phases are shown as they happen, coarse first
+    phases = [line.split(":")[0] for line in lines if line.startswith(("coarse:", "fine:", "refine:"))]
+    assert phases[:2] == ["coarse", "fine"]
     assert "GFLOP/s, re-timed" in run.stdout and "trials" in run.stdout.splitlines()[-2]
     result = json.loads(out.read_text())
     assert result["strategy"] == "kb" and result["final_ms"] > 0 and result["trials"] > 0
