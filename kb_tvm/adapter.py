@@ -114,7 +114,7 @@ class KBSearch(PySearchStrategy):
     def post_tuning(self) -> None:
         task = self.task
         if task is not None:
-            task._stop("tuning ended by the task scheduler")
+            task.stop("tuning ended by the task scheduler")
 
     def generate_measure_candidates(self):
         batch = self.task.next_batch()

@@ -117,9 +117,9 @@ class TaskSearch:
         self.batch_started = time.monotonic()
         if self.stop_reason is None:
             if self.budget.exhausted:
-                self._stop("budget spent")
+                self.stop("budget spent")
             elif self.trials >= self.max_trials:
-                self._stop(f"trial cap of {self.max_trials} reached")
+                self.stop(f"trial cap of {self.max_trials} reached")
         if self.stop_reason is not None:
             return None
         if not self.regions:
@@ -128,14 +128,14 @@ class TaskSearch:
         n = decisions.batch_size(self.budget.remaining, self.cost, preferred=preferred,
                                  minimum=min(max(self.num_cores, preferred // 4), preferred))
         if self.batches and decisions.overruns(self.budget.remaining, self.cost.batch_seconds(n)):
-            self._stop(f"the next batch (~{self.cost.batch_seconds(n):.0f}s) would overrun the "
+            self.stop(f"the next batch (~{self.cost.batch_seconds(n):.0f}s) would overrun the "
                        f"{self.budget.remaining:.0f}s left by more than half")
             return None
         if self.phase == "coarse" and self._coarse_done():
             self._keep_best_regions()
         batch = self._coarse_batch(n) if self.phase == "coarse" else self._fine_batch(n)
         if not batch:
-            self._stop("no new valid candidate could be generated")
+            self.stop("no new valid candidate could be generated")
             return None
         self.in_flight = batch
         self.trials += len(batch)
@@ -303,7 +303,8 @@ class TaskSearch:
                        remeasure=len(remeasure), exploration=explore,
                        expected_gain=float(gain[order].sum()) if len(order) else 0.0,
                        predicted_seconds=float(seconds[order].sum()) if len(order) else 0.0,
-                       expected_gain_per_second=rate, dropped=dict(self.dropped), p_fail_mean=float(p_fail.mean()) if len(p_fail) else 0.0,
+                       expected_gain_per_second=rate, dropped=dict(self.dropped),
+                       p_fail_mean=float(p_fail.mean()) if len(p_fail) else 0.0,
                        avoided_decisions=self.failures.worst_keys())
         self._check_worth(rate)
         self._plan(chosen + remeasure, [float(mu[i]) for i in order] + [None] * len(remeasure))
@@ -364,7 +365,7 @@ class TaskSearch:
             return
         self.low_gain_rounds += 1
         if self.low_gain_rounds >= self.opt.patience:
-            self._stop(f"expected gain {rate:.2e}/s x {self.budget.remaining:.0f}s left < "
+            self.stop(f"expected gain {rate:.2e}/s x {self.budget.remaining:.0f}s left < "
                        f"{self.opt.min_total_gain:.1%} for {self.low_gain_rounds} rounds")
 
     # ------------------------------------------------------------ candidates
@@ -477,7 +478,7 @@ class TaskSearch:
         if rows:
             self.model.fit(np.stack([r[0] for r in rows]), np.array([r[1] for r in rows]))
 
-    def _stop(self, reason: str) -> None:
+    def stop(self, reason: str) -> None:
         if self.stop_reason is None:
             self.stop_reason = reason
             self.executor.shutdown(wait=False)
