@@ -87,7 +87,7 @@ def main(workloads, budget, target, order, trials_per_batch, seed, out) -> None:
         for strategy in strategies:
             runs[strategy] = {"curve": [], "done": False}
 
-            def progress(point, strategy=strategy):
+            def progress(point, strategy=strategy, runs=runs, name=name):
                 runs[strategy]["curve"].append(point)
                 click.echo(f"{name} {strategy:>12} [{format_seconds(point['seconds']):>7}] trials "
                            f"{point['trials']:4d} failed {point['failed']:4d} best {point['best_ms']}")
