@@ -4,6 +4,8 @@
 - `TimeCappedSearch`: stock MetaSchedule's search, stopped when a wall budget is spent;
   the baseline for side-by-side runs (`--strategy evolutionary`).
 - `ProgressRecorder`: a MeasureCallback that records best latency against seconds.
+- `KBTaskScheduler`: splits one wall-clock budget across a model's tasks (logic in
+  `allocation.py`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from dataclasses import fields
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy, SearchStrategy
+from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler
+
+from . import allocation
 
 from .budget import TuningBudget
 from .decision_log import DecisionLog
@@ -189,3 +194,72 @@ class ProgressRecorder(PyMeasureCallback):
         self.curve.append(point)
         if self.on_progress is not None:
             self.on_progress(point)
+
+
+@derived_object
+class KBTaskScheduler(PyTaskScheduler):
+    """Splits one wall-clock budget across the tasks of a model by expected gain per second.
+
+    Use with tune_tasks / tune_relax: `task_scheduler=KBTaskScheduler(budget=b)`, and give
+    KBSearch the same TuningBudget `b` so that both count the same seconds. Every task gets
+    one batch first (bottleneck analysis); trivial tasks then retire; the rest get batches
+    by expected gain per second until the budget is spent (at most one batch over).
+    `stats` holds per task: seconds, trials, latency before/after, and why it retired.
+    """
+
+    def __init__(self, *, budget: str | float | TuningBudget, floor_share: float = 0.02,
+                 retire_below: float = 1e-4, on_event: Callable[[dict], None] | None = None) -> None:
+        _check("floor_share", floor_share, 0.0 <= floor_share < 1.0, "must be a fraction in [0, 1)")
+        _check("retire_below", retire_below, retire_below >= 0.0, "must be >= 0")
+        self.budget = budget if isinstance(budget, TuningBudget) else TuningBudget(budget)
+        self.floor_share = floor_share
+        self.retire_below = retire_below
+        self.on_event = on_event
+        self.stats: list[allocation.TaskStats] = []
+        self.running: tuple[int, float] | None = None  # (task, when its batch was handed out)
+
+    def next_task_id(self) -> int:
+        scheduler = self._outer()
+        if not self.stats:
+            self.budget.start()
+            self.stats = [allocation.TaskStats(name=str(r.ctx.task_name), weight=float(r.task_weight),
+                                               flop=float(r.flop)) for r in scheduler.tasks_]
+        if self.running is not None:
+            task, handed_out = self.running
+            self.running = None
+            if not scheduler.tasks_[task].is_terminated:  # else its search returned no batch
+                # MetaSchedule's own join (not overridden: a Python override could not call it)
+                results = scheduler.join_running_task(task)
+                latencies = [s for s in (_mean_seconds(r) for r in results) if s is not None]
+                self.stats[task].record_batch(time.monotonic() - handed_out, len(results),
+                                              min(latencies) if latencies else None)
+        for index, record in enumerate(scheduler.tasks_):
+            if record.is_terminated and self.stats[index].retired is None:
+                self.stats[index].retired = "its search stopped"
+        if self.budget.exhausted:
+            return self._finish("budget spent")
+        choice = allocation.choose_next(self.stats, default_batch_seconds=10.0, floor_share=self.floor_share,
+                                        retire_below=self.retire_below)
+        for index, why in choice.retired.items():
+            self.stats[index].retired = why
+            scheduler.terminate_task(index)
+            self._emit("retire", task=self.stats[index].name, why=why)
+        if choice.task is None:
+            return self._finish(choice.why)
+        self._emit("allocate", task=self.stats[choice.task].name, why=choice.why,
+                   budget_spent_s=self.budget.spent, budget_left_s=self.budget.remaining)
+        self.running = (choice.task, time.monotonic())
+        return choice.task
+
+    def _finish(self, why: str) -> int:
+        scheduler = self._outer()
+        for index, record in enumerate(scheduler.tasks_):
+            if not record.is_terminated:
+                scheduler.terminate_task(index)
+        self._emit("finish", why=why, budget_spent_s=self.budget.spent,
+                   tasks=[vars(t) for t in self.stats])
+        return -1  # MetaSchedule's "no task left"
+
+    def _emit(self, event: str, **fields) -> None:
+        if self.on_event is not None:
+            self.on_event({"event": event, **fields})

@@ -1,0 +1,142 @@
+"""How KBTaskScheduler splits one wall-clock budget across a model's tasks. Plain Python.
+
+Each task is worth weight x latency (its share of model time). A first batch each gives the
+latencies (bottleneck analysis); trivial tasks then keep that floor and retire. After that
+the next batch goes to the task with the highest expected gain per second:
+
+    weight x latency x predicted relative improvement of its next batch / predicted seconds
+
+where the predicted improvement blends the task's own recent improvements with what similar
+tasks of the model gained at the same point (a similarity graph, networkx).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+
+@dataclass
+class TaskStats:
+    name: str
+    weight: float  # calls per model run
+    flop: float
+    seconds: float = 0.0
+    trials: int = 0
+    latency_before: float | None = None  # best of the first batch, seconds
+    latency: float | None = None  # best so far, seconds
+    improvements: list[float] = field(default_factory=list)  # relative gain of each batch after the first
+    batch_seconds: list[float] = field(default_factory=list)
+    retired: str | None = None  # why it gets no more seconds
+
+    @property
+    def batches(self) -> int:
+        return len(self.batch_seconds)
+
+    @property
+    def model_seconds(self) -> float | None:
+        return None if self.latency is None else self.weight * self.latency
+
+    def record_batch(self, seconds: float, trials: int, best_latency: float | None) -> None:
+        self.seconds += seconds
+        self.trials += trials
+        self.batch_seconds.append(seconds)
+        if best_latency is None:
+            if self.latency is not None:
+                self.improvements.append(0.0)
+            return
+        if self.latency is None:
+            self.latency_before = self.latency = best_latency
+            return
+        self.improvements.append(max(0.0, (self.latency - best_latency) / self.latency))
+        self.latency = min(self.latency, best_latency)
+
+
+def op_kind(task_name: str) -> str:
+    """"fused_matmul_add3" -> "matmul": the first operator in a fused task's name."""
+    parts = [p for p in re.split(r"[_\d]+", task_name.lower()) if p and p != "fused"]
+    return parts[0] if parts else task_name
+
+
+def similarity_graph(tasks: list[TaskStats]) -> nx.Graph:
+    """Tasks of the same operator kind within 4x in FLOPs are neighbours."""
+    graph = nx.Graph()
+    graph.add_nodes_from(range(len(tasks)))
+    for i, a in enumerate(tasks):
+        for j in range(i + 1, len(tasks)):
+            b = tasks[j]
+            small, large = sorted((max(a.flop, 1.0), max(b.flop, 1.0)))
+            if op_kind(a.name) == op_kind(b.name) and large / small <= 4.0:
+                graph.add_edge(i, j)
+    return graph
+
+
+def predicted_improvement(task: TaskStats, neighbours: list[TaskStats], prior: float = 0.3) -> float:
+    """Relative improvement the task's next batch should buy."""
+    at = len(task.improvements)  # the index of the improvement the next batch would add
+    seen = [n.improvements[at] for n in neighbours if len(n.improvements) > at]
+    # early batches gain a lot, later ones less; similar tasks say how fast it fades
+    expected = sum(seen) / len(seen) if seen else prior / (1.0 + at)
+    if not task.improvements:
+        return expected
+    recent = task.improvements[-2:]
+    own = sum(recent) / len(recent)
+    trust = at / (at + 2.0)
+    return trust * own + (1.0 - trust) * expected
+
+
+@dataclass(frozen=True)
+class Choice:
+    task: int | None  # None: nothing is worth more seconds
+    why: str
+    gain_per_second: dict[int, float]
+    retired: dict[int, str]
+
+
+def choose_next(
+    tasks: list[TaskStats],
+    *,
+    default_batch_seconds: float,
+    floor_share: float = 0.02,
+    retire_below: float = 1e-4,
+) -> Choice:
+    """The task to give the next batch, and the tasks to retire now (with why).
+
+    floor_share: a task under this share of model time keeps its first batch and retires.
+    retire_below: a task whose expected gain per second, as a fraction of the model's
+    current time, falls under this retires.
+    """
+    live = [i for i, t in enumerate(tasks) if t.retired is None]
+    untried = [i for i in live if tasks[i].batches == 0]
+    if untried:  # bottleneck analysis first: one batch each, the biggest FLOP count first
+        pick = max(untried, key=lambda i: tasks[i].weight * tasks[i].flop)
+        return Choice(pick, "first batch: measuring its latency", {}, {})
+    measured = [t.model_seconds for t in tasks if t.model_seconds is not None]
+    model_time = sum(measured) or 1.0
+    retired: dict[int, str] = {}
+    graph = similarity_graph(tasks)
+    gains: dict[int, float] = {}
+    for i in live:
+        task = tasks[i]
+        if task.model_seconds is None:
+            retired[i] = "no candidate built and ran in its first batch"
+            continue
+        share = task.model_seconds / model_time
+        if share < floor_share:
+            retired[i] = f"trivial: {share:.1%} of model time (floor {floor_share:.0%}), kept its first batch"
+            continue
+        neighbours = [tasks[j] for j in graph.neighbors(i)]
+        seconds = sum(task.batch_seconds[-3:]) / len(task.batch_seconds[-3:]) if task.batch_seconds \
+            else default_batch_seconds
+        gain = task.model_seconds * predicted_improvement(task, neighbours) / max(seconds, 1e-3)
+        gains[i] = gain / model_time  # fraction of model time gained per second
+        if gains[i] < retire_below:
+            retired[i] = (f"expected gain {gains[i]:.1e} of model time per second < {retire_below:.0e}")
+    candidates = {i: g for i, g in gains.items() if i not in retired}
+    if not candidates:
+        return Choice(None, "no task is worth more seconds", gains, retired)
+    pick = max(candidates, key=candidates.get)
+    return Choice(pick, f"highest expected gain per second ({candidates[pick]:.2e} of model time/s)",
+                  gains, retired)

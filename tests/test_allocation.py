@@ -1,0 +1,69 @@
+import pytest
+
+from kb_tvm.allocation import TaskStats, choose_next, op_kind, predicted_improvement, similarity_graph
+
+
+def simulate(tasks, latency_curves, budget_seconds, batch_seconds=10.0, **kwargs):
+    """Run the allocation against known latency curves: seconds are simulated, the decisions real."""
+    spent = 0.0
+    picks = []
+    while spent < budget_seconds:
+        choice = choose_next(tasks, default_batch_seconds=batch_seconds, **kwargs)
+        for index, why in choice.retired.items():
+            tasks[index].retired = why
+        if choice.task is None:
+            break
+        task = tasks[choice.task]
+        curve = latency_curves[choice.task]
+        task.record_batch(batch_seconds, 16, curve[min(task.batches, len(curve) - 1)])
+        picks.append(choice.task)
+        spent += batch_seconds
+    return picks, spent
+
+
+def test_the_hot_task_gets_more_seconds_and_trivial_ones_only_a_floor():
+    tasks = [TaskStats("fused_matmul_add", weight=1, flop=2e9), TaskStats("fused_softmax", weight=1, flop=1e7),
+             TaskStats("add", weight=1, flop=1e5)]
+    curves = [[10e-3 * 0.8**k for k in range(40)], [1e-3 * 0.9**k for k in range(40)], [1e-5] * 40]
+    picks, spent = simulate(tasks, curves, budget_seconds=200)
+    assert picks[:3] == [0, 1, 2]  # bottleneck analysis: one batch each, biggest first
+    assert tasks[0].seconds > tasks[1].seconds > tasks[2].seconds
+    assert tasks[2].retired.startswith("trivial") and tasks[2].batches == 1
+    assert spent <= 200
+    assert tasks[0].latency < tasks[0].latency_before
+
+
+def test_retired_tasks_get_no_more_seconds():
+    tasks = [TaskStats("matmul", weight=1, flop=1e9), TaskStats("conv2d", weight=1, flop=1e9)]
+    curves = [[5e-3] * 60, [5e-3 * 0.85**k for k in range(60)]]  # the matmul never improves
+    picks, _ = simulate(tasks, curves, budget_seconds=400, retire_below=1e-3)
+    assert tasks[0].retired is not None and "expected gain" in tasks[0].retired
+    retired_at = max(i for i, p in enumerate(picks) if p == 0)
+    assert all(p == 1 for p in picks[retired_at + 1:]) and len(picks) > retired_at + 1
+
+
+def test_nothing_worth_seconds_ends_the_allocation():
+    tasks = [TaskStats("matmul", weight=1, flop=1e9)]
+    picks, spent = simulate(tasks, [[5e-3] * 40], budget_seconds=1000, retire_below=0.01)
+    assert tasks[0].retired and spent < 1000
+    assert choose_next(tasks, default_batch_seconds=10).task is None
+
+
+def test_similar_tasks_inform_each_others_predicted_improvement():
+    assert op_kind("fused_matmul_add3") == "matmul" and op_kind("conv2d_nchw") == "conv"
+    tasks = [TaskStats("fused_matmul_add", 1, 1e9), TaskStats("fused_matmul1", 1, 2e9),
+             TaskStats("fused_matmul_relu", 1, 1e12), TaskStats("softmax", 1, 1e9)]
+    graph = similarity_graph(tasks)
+    assert graph.has_edge(0, 1) and not graph.has_edge(0, 2) and not graph.has_edge(0, 3)
+    fast, slow = TaskStats("matmul", 1, 1e9), TaskStats("matmul", 1, 1e9)
+    fast.improvements, slow.improvements = [0.5], [0.01]
+    fresh = TaskStats("matmul", 1, 1e9)
+    assert predicted_improvement(fresh, [fast]) > predicted_improvement(fresh, [slow])
+    assert predicted_improvement(fresh, []) == pytest.approx(0.3)
+
+
+def test_failed_first_batch_retires_the_task():
+    tasks = [TaskStats("matmul", 1, 1e9)]
+    tasks[0].record_batch(10.0, 8, None)
+    choice = choose_next(tasks, default_batch_seconds=10)
+    assert choice.task is None and "no candidate built" in choice.retired[0]

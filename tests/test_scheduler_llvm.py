@@ -1,0 +1,58 @@
+"""KBTaskScheduler splitting one budget across a small model's tasks, real builds and runs."""
+
+import pytest
+
+pytestmark = pytest.mark.tuning
+
+
+def _model():
+    from tvm.script import ir as I
+    from tvm.script import relax as R
+
+    @I.ir_module
+    class Model:
+        @R.function
+        def main(x: R.Tensor((256, 256), "float32"), w: R.Tensor((256, 256), "float32"),
+                 b: R.Tensor((256,), "float32")):
+            with R.dataflow():
+                y = R.matmul(x, w)
+                z = R.add(y, b)
+                out = R.nn.relu(z)
+                R.output(out)
+            return out
+
+    return Model
+
+
+def test_the_hot_task_gets_the_seconds_within_one_budget(tmp_path, llvm_target):
+    from tvm import relax
+    from tvm.s_tir import meta_schedule as ms
+
+    from kb_tvm import KBSearch, KBTaskScheduler, TuningBudget
+
+    budget = TuningBudget("45s")
+    events = []
+    scheduler = KBTaskScheduler(budget=budget, on_event=events.append)
+    ms.relax_integration.tune_relax(
+        relax.transform.LegalizeOps()(_model()), params={}, target=llvm_target, work_dir=str(tmp_path),
+        max_trials_global=100_000, num_trials_per_iter=8, cost_model="random",
+        strategy=KBSearch(budget=budget, seed=1), task_scheduler=scheduler,
+    )
+    stats = {t.name: t for t in scheduler.stats}
+    assert set(stats) == {"matmul", "add", "relu"}
+    hot = stats["matmul"]
+    assert all(hot.seconds > stats[name].seconds for name in ("add", "relu"))
+    assert hot.latency is not None and hot.batches >= 2
+    assert all(hot.trials > stats[name].trials for name in ("add", "relu"))
+    for name in ("add", "relu"):  # trivial: a first batch as the floor, then retired
+        assert stats[name].batches == 1 and stats[name].retired.startswith("trivial")
+    allocations = [e for e in events if e["event"] == "allocate"]
+    assert [e["why"].startswith("first batch") for e in allocations[:3]] == [True] * 3
+    retired_names = {e["task"] for e in events if e["event"] == "retire"}
+    first_retire = next(i for i, e in enumerate(events) if e["event"] == "retire")
+    assert not any(e["event"] == "allocate" and e["task"] in retired_names for e in events[first_retire:])
+    assert events[-1]["event"] == "finish"
+    longest_batch = max(s for t in scheduler.stats for s in t.batch_seconds)
+    assert budget.spent <= 45.0 + longest_batch + 5.0
+    assert sum(t.trials for t in scheduler.stats) == len(ms.database.JSONDatabase(
+        work_dir=str(tmp_path)).get_all_tuning_records())
