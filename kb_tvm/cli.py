@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -86,13 +87,7 @@ def tune_op(name, budget, target, work_dir, strategy, trials_per_batch, max_tria
     except ValueError as err:
         _fail(str(err))
     work_dir = Path(work_dir or Path("kb-work") / f"{name}-{strategy}")
-    try:
-        work_dir.mkdir(parents=True, exist_ok=True)
-        probe = work_dir / ".kb-write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as err:
-        _fail(f"work dir {work_dir} is not writable: {err.strerror}")
+    _writable_dir(work_dir)
     click.echo(f"tuning {name} ({workload.description}) on {tvm_target.kind.name} with {strategy}, "
                f"budget {format_seconds(parse_budget(budget))}, work dir {work_dir}")
 
@@ -115,6 +110,68 @@ def tune_op(name, budget, target, work_dir, strategy, trials_per_batch, max_tria
                + (f"  decision log: {work_dir}/kb_logs/" if strategy == "kb" else ""))
     if json_out:
         Path(json_out).write_text(json.dumps(result.to_json(), indent=1))
+
+
+def _writable_dir(work_dir: Path) -> None:
+    try:
+        work_dir.mkdir(parents=True, exist_ok=True)
+        probe = work_dir / ".kb-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        _fail(f"work dir {work_dir} is not writable: {err.strerror}")
+
+
+@main.command("tune")
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("--budget", default="5m", show_default=True, callback=_budget,
+              help='Wall-clock budget for the whole model: "90s", "10m", "50h", or seconds.')
+@click.option("--target", default=None,
+              help="llvm, cuda, or a JSON target. Default: cuda if a GPU is present, else llvm on all cores.")
+@click.option("--work-dir", type=click.Path(file_okay=False), default=None,
+              help="Records, logs, model.so and the report. Default: ./kb-work/MODEL_STEM")
+@click.option("--trials-per-batch", type=click.IntRange(1), default=None,
+              help="Candidates per measurement batch. Default: 64 on cuda, 16 on llvm.")
+@click.option("--seed", type=int, default=None, help="Random seed, for a repeatable search.")
+def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed) -> None:
+    """Tune an ONNX model within a wall-clock budget; export a library and a report."""
+    from .model_tuning import ModelError, load_onnx, to_relax, tune_model
+    from .tuning import make_target
+
+    try:  # every check before anything is written
+        onnx_model = load_onnx(model)
+        to_relax(onnx_model)
+        tvm_target = make_target(target)
+    except ValueError as err:  # ModelError included
+        _fail(str(err))
+    work_dir = Path(work_dir or Path("kb-work") / Path(model).stem)
+    _writable_dir(work_dir)
+    quiet = logging.getLogger("tvm.s_tir.meta_schedule")
+    quiet.setLevel(logging.WARNING)
+    click.echo(f"tuning {model} on {tvm_target.kind.name}, budget {format_seconds(parse_budget(budget))}, "
+               f"work dir {work_dir}")
+
+    def show(record: dict) -> None:
+        event = record["event"]
+        if event == "untuned":
+            click.echo(f"untuned: {record['latency_ms']:.4f} ms end to end")
+        elif event == "allocate":
+            click.echo(f"[{format_seconds(record['budget_spent_s']):>7}] {record['task']}: {record['why']}")
+        elif event == "retire":
+            click.echo(f"          {record['task']} retired: {record['why']}")
+
+    try:
+        report = tune_model(onnx_model, name=str(model), target=tvm_target, budget=budget, work_dir=work_dir,
+                            trials_per_batch=trials_per_batch, seed=seed, on_event=show)
+    except ModelError as err:
+        _fail(str(err))
+    click.echo(f"tuned: {report['latency_tuned_ms']:.4f} ms end to end ({report['speedup']:.2f}x), "
+               f"{report['trials']} trials in {format_seconds(report['seconds_spent'])}")
+    if not report["numerics"]["ok"]:
+        click.secho(f"NUMERICS MISMATCH vs {report['numerics']['checked_against']}: "
+                    f"{report['numerics']['mismatch']}", fg="red", err=True)
+        sys.exit(3)
+    click.echo(f"library: {report['library']}  report: {work_dir}/report.md")
 
 
 if __name__ == "__main__":  # pragma: no cover
