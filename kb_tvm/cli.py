@@ -133,7 +133,9 @@ def _writable_dir(work_dir: Path) -> None:
 @click.option("--trials-per-batch", type=click.IntRange(1), default=None,
               help="Candidates per measurement batch. Default: 64 on cuda, 16 on llvm.")
 @click.option("--seed", type=int, default=None, help="Random seed, for a repeatable search.")
-def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed) -> None:
+@click.option("--strategy", type=click.Choice(["kb", "evolutionary"]), default="kb", show_default=True,
+              help="kb (KBTaskScheduler + KBSearch) or stock MetaSchedule, for a side-by-side run.")
+def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, strategy) -> None:
     """Tune an ONNX model within a wall-clock budget; export a library and a report."""
     from .model_tuning import ModelError, load_onnx, to_relax, tune_model
     from .tuning import make_target
@@ -162,7 +164,7 @@ def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed) 
 
     try:
         report = tune_model(onnx_model, name=str(model), target=tvm_target, budget=budget, work_dir=work_dir,
-                            trials_per_batch=trials_per_batch, seed=seed, on_event=show)
+                            trials_per_batch=trials_per_batch, seed=seed, strategy=strategy, on_event=show)
     except ModelError as err:
         _fail(str(err))
     click.echo(f"tuned: {report['latency_tuned_ms']:.4f} ms end to end ({report['speedup']:.2f}x), "

@@ -104,14 +104,18 @@ def tune_model(
     work_dir: str | Path,
     trials_per_batch: int | None = None,
     seed: int | None = None,
+    strategy: str = "kb",
     on_event: Callable[[dict], None] | None = None,
 ) -> dict:
     """Tune every task of `model` (an onnx.ModelProto from `load_onnx`) within `budget`,
-    export `work_dir/model.so`, write `report.json` and `report.md`, and return the report."""
+    export `work_dir/model.so`, write `report.json` and `report.md`, and return the report.
+    strategy "evolutionary" runs stock MetaSchedule instead (gradient task scheduler and
+    EvolutionarySearch, stopped at the same wall budget), for side-by-side runs."""
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
-    from .adapter import KBSearch, KBTaskScheduler
+    from .adapter import KBSearch, KBTaskScheduler, TimeCappedSearch
+    from .tuning import STRATEGIES
 
     mod = relax.transform.LegalizeOps()(to_relax(model))
     work_dir = Path(work_dir)
@@ -124,24 +128,32 @@ def tune_model(
 
     import tvm.s_tir.tensor_intrin  # noqa: F401 - one-time registration, before the clock
 
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
     tuning_budget = TuningBudget(budget).start()
-    scheduler = KBTaskScheduler(budget=tuning_budget, on_event=emit)
+    if strategy == "kb":
+        scheduler = KBTaskScheduler(budget=tuning_budget, on_event=emit)
+        search, cost_model = KBSearch(budget=tuning_budget, seed=seed), "random"
+    else:
+        scheduler, search, cost_model = "gradient", TimeCappedSearch(budget=tuning_budget), "xgb"
     is_cuda = target.kind.name == "cuda"
     database = ms.relax_integration.tune_relax(
         mod, params={}, target=target, work_dir=str(work_dir), max_trials_global=1_000_000,
-        num_trials_per_iter=trials_per_batch or (64 if is_cuda else 16), cost_model="random",
-        strategy=KBSearch(budget=tuning_budget, seed=seed), task_scheduler=scheduler,
+        num_trials_per_iter=trials_per_batch or (64 if is_cuda else 16), cost_model=cost_model,
+        strategy=search, task_scheduler=scheduler, seed=seed,
     )
+    stats = scheduler.stats if strategy == "kb" else []  # stock keeps no per-task seconds
     seconds = tuning_budget.spent
     executable = build(mod, target, database)
     executable.export_library(str(work_dir / "model.so"))
     tuned_outputs, tuned_latency = run_and_time(executable, target, inputs)
     mismatch = _mismatch(untuned_outputs, tuned_outputs)
 
-    total = sum(t.model_seconds or 0.0 for t in scheduler.stats) or 1.0
+    total = sum(t.model_seconds or 0.0 for t in stats) or 1.0
     report = {
         "model": name, "target": str(target.export()), "budget_s": tuning_budget.total,
-        "seconds_spent": seconds, "trials": sum(t.trials for t in scheduler.stats),
+        "strategy": strategy, "seconds_spent": seconds,
+        "trials": len(database.get_all_tuning_records()),
         "latency_untuned_ms": untuned_latency * 1e3, "latency_tuned_ms": tuned_latency * 1e3,
         "speedup": untuned_latency / tuned_latency,
         "numerics": {"checked_against": "untuned TVM build", "ok": mismatch is None, "mismatch": mismatch},
@@ -151,7 +163,7 @@ def tune_model(
              "seconds": t.seconds, "trials": t.trials,
              "latency_before_ms": None if t.latency_before is None else t.latency_before * 1e3,
              "latency_after_ms": None if t.latency is None else t.latency * 1e3, "retired": t.retired}
-            for t in sorted(scheduler.stats, key=lambda t: -(t.model_seconds or 0.0))
+            for t in sorted(stats, key=lambda t: -(t.model_seconds or 0.0))
         ],
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
