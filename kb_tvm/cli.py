@@ -148,8 +148,7 @@ def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, 
         _fail(str(err))
     work_dir = Path(work_dir or Path("kb-work") / Path(model).stem)
     _writable_dir(work_dir)
-    quiet = logging.getLogger("tvm.s_tir.meta_schedule")
-    quiet.setLevel(logging.WARNING)
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)  # progress lines instead
     click.echo(f"tuning {model} on {tvm_target.kind.name}, budget {format_seconds(parse_budget(budget))}, "
                f"work dir {work_dir}")
 

@@ -117,6 +117,8 @@ def tune_model(
     from .adapter import KBSearch, KBTaskScheduler, TimeCappedSearch
     from .tuning import STRATEGIES
 
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
     mod = relax.transform.LegalizeOps()(to_relax(model))
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -128,8 +130,6 @@ def tune_model(
 
     import tvm.s_tir.tensor_intrin  # noqa: F401 - one-time registration, before the clock
 
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
     tuning_budget = TuningBudget(budget).start()
     if strategy == "kb":
         scheduler = KBTaskScheduler(budget=tuning_budget, on_event=emit)
