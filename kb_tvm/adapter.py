@@ -204,11 +204,13 @@ class KBTaskScheduler(PyTaskScheduler):
     KBSearch the same TuningBudget `b` so that both count the same seconds. Every task gets
     one batch first (bottleneck analysis); trivial tasks then retire; the rest get batches
     by expected gain per second until the budget is spent (at most one batch over).
-    `stats` holds per task: seconds, trials, latency before/after, and why it retired.
+    `stats` holds per task: seconds, trials, latency before/after, and why it retired;
+    `earlier` takes the stats of an interrupted run of the same job, to resume it.
     """
 
     def __init__(self, *, budget: str | float | TuningBudget, floor_share: float = 0.02,
-                 retire_below: float = 1e-4, on_event: Callable[[dict], None] | None = None) -> None:
+                 retire_below: float = 1e-4, on_event: Callable[[dict], None] | None = None,
+                 earlier: list[allocation.TaskStats] | None = None) -> None:
         _check("floor_share", floor_share, 0.0 <= floor_share < 1.0, "must be a fraction in [0, 1)")
         _check("retire_below", retire_below, retire_below >= 0.0, "must be >= 0")
         self.budget = budget if isinstance(budget, TuningBudget) else TuningBudget(budget)
@@ -216,14 +218,18 @@ class KBTaskScheduler(PyTaskScheduler):
         self.retire_below = retire_below
         self.on_event = on_event
         self.stats: list[allocation.TaskStats] = []
+        self.earlier = {t.name: t for t in earlier or []}  # a resumed job's tasks, by name
         self.running: tuple[int, float] | None = None  # (task, when its batch was handed out)
 
     def next_task_id(self) -> int:
         scheduler = self._outer()
         if not self.stats:
             self.budget.start()
-            self.stats = [allocation.TaskStats(name=str(r.ctx.task_name), weight=float(r.task_weight),
-                                               flop=float(r.flop)) for r in scheduler.tasks_]
+            self.stats = [self.earlier.get(str(r.ctx.task_name)) or allocation.TaskStats(
+                name=str(r.ctx.task_name), weight=float(r.task_weight), flop=float(r.flop)) for r in scheduler.tasks_]
+            for index, task in enumerate(self.stats):  # finished in an earlier run: not re-spent
+                if task.retired is not None and not scheduler.tasks_[index].is_terminated:
+                    scheduler.terminate_task(index)
         if self.running is not None:
             task, handed_out = self.running
             self.running = None

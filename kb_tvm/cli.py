@@ -135,18 +135,21 @@ def _writable_dir(work_dir: Path) -> None:
 @click.option("--seed", type=int, default=None, help="Random seed, for a repeatable search.")
 @click.option("--strategy", type=click.Choice(["kb", "evolutionary"]), default="kb", show_default=True,
               help="kb (KBTaskScheduler + KBSearch) or stock MetaSchedule, for a side-by-side run.")
-def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, strategy) -> None:
+@click.option("--resume", is_flag=True, help="Continue an interrupted run in --work-dir: its records stay, "
+              "its seconds count, finished tasks get no more.")
+def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, strategy, resume) -> None:
     """Tune an ONNX model within a wall-clock budget; export a library and a report."""
-    from .model_tuning import ModelError, load_onnx, to_relax, tune_model
+    from .model_tuning import ModelError, load_onnx, read_state, to_relax, tune_model
     from .tuning import make_target
 
+    work_dir = Path(work_dir or Path("kb-work") / Path(model).stem)
     try:  # every check before anything is written
         onnx_model = load_onnx(model)
         to_relax(onnx_model)
         tvm_target = make_target(target)
+        read_state(work_dir, name=str(model), resume=resume, strategy=strategy)
     except ValueError as err:  # ModelError included
         _fail(str(err))
-    work_dir = Path(work_dir or Path("kb-work") / Path(model).stem)
     _writable_dir(work_dir)
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)  # progress lines instead
     click.echo(f"tuning {model} on {tvm_target.kind.name}, budget {format_seconds(parse_budget(budget))}, "
@@ -158,12 +161,15 @@ def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, 
             click.echo(f"untuned: {record['latency_ms']:.4f} ms end to end")
         elif event == "allocate":
             click.echo(f"[{format_seconds(record['budget_spent_s']):>7}] {record['task']}: {record['why']}")
+        elif event == "resume":
+            click.echo(f"resuming: {format_seconds(record['spent_s'])} already spent")
         elif event == "retire":
             click.echo(f"          {record['task']} retired: {record['why']}")
 
     try:
         report = tune_model(onnx_model, name=str(model), target=tvm_target, budget=budget, work_dir=work_dir,
-                            trials_per_batch=trials_per_batch, seed=seed, strategy=strategy, on_event=show)
+                            trials_per_batch=trials_per_batch, seed=seed, strategy=strategy, resume=resume,
+                            on_event=show)
     except ModelError as err:
         _fail(str(err))
     click.echo(f"tuned: {report['latency_tuned_ms']:.4f} ms end to end ({report['speedup']:.2f}x), "

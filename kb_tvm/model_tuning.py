@@ -5,12 +5,14 @@ library and a report. Records stay in TVM's JSONDatabase in the work dir, so sto
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+from .allocation import TaskStats
 from .budget import TuningBudget
 
 
@@ -105,12 +107,15 @@ def tune_model(
     trials_per_batch: int | None = None,
     seed: int | None = None,
     strategy: str = "kb",
+    resume: bool = False,
     on_event: Callable[[dict], None] | None = None,
 ) -> dict:
     """Tune every task of `model` (an onnx.ModelProto from `load_onnx`) within `budget`,
     export `work_dir/model.so`, write `report.json` and `report.md`, and return the report.
     strategy "evolutionary" runs stock MetaSchedule instead (gradient task scheduler and
-    EvolutionarySearch, stopped at the same wall budget), for side-by-side runs."""
+    EvolutionarySearch, stopped at the same wall budget), for side-by-side runs.
+    resume: continue an interrupted run in `work_dir` (kb only): its records stay, its seconds
+    count against the budget, and tasks it finished get no more."""
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
@@ -119,20 +124,29 @@ def tune_model(
 
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
-    mod = relax.transform.LegalizeOps()(to_relax(model))
     work_dir = Path(work_dir)
+    earlier = read_state(work_dir, name=name, resume=resume, strategy=strategy)
+    mod = relax.transform.LegalizeOps()(to_relax(model))
     work_dir.mkdir(parents=True, exist_ok=True)
     inputs = example_inputs(model)
-    emit = on_event or (lambda record: None)
+    notify = on_event or (lambda record: None)
 
     untuned_outputs, untuned_latency = run_and_time(build(mod, target), target, inputs)
-    emit({"event": "untuned", "latency_ms": untuned_latency * 1e3})
+    notify({"event": "untuned", "latency_ms": untuned_latency * 1e3})
 
     import tvm.s_tir.tensor_intrin  # noqa: F401 - one-time registration, before the clock
 
-    tuning_budget = TuningBudget(budget).start()
+    tuning_budget = TuningBudget(budget, already_spent=earlier["spent_s"] if earlier else 0.0).start()
+    if earlier:
+        notify({"event": "resume", "spent_s": earlier["spent_s"], "tasks": len(earlier["tasks"])})
+
+    def emit(record: dict) -> None:  # every scheduler decision also saves the job's state
+        write_state(work_dir, name=name, budget=tuning_budget, tasks=scheduler.stats)
+        notify(record)
+
     if strategy == "kb":
-        scheduler = KBTaskScheduler(budget=tuning_budget, on_event=emit)
+        scheduler = KBTaskScheduler(budget=tuning_budget, on_event=emit,
+                                    earlier=[TaskStats(**t) for t in earlier["tasks"]] if earlier else None)
         search, cost_model = KBSearch(budget=tuning_budget, seed=seed), "random"
     else:
         scheduler, search, cost_model = "gradient", TimeCappedSearch(budget=tuning_budget), "xgb"
@@ -170,6 +184,62 @@ def tune_model(
     (work_dir / "report.json").write_text(json.dumps(report, indent=1))
     (work_dir / "report.md").write_text(report_markdown(report))
     return report
+
+
+STATE_FILE = "kb_state.json"
+_DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
+
+
+def write_state(work_dir: Path, *, name: str, budget: TuningBudget, tasks: list[TaskStats]) -> None:
+    """The job's state after each scheduler decision; written whole and renamed, so a kill
+    at any moment leaves either the old or the new file."""
+    state = {"schema": 1, "model": name, "budget_s": budget.total, "spent_s": budget.spent,
+             "tasks": [vars(t) for t in tasks]}
+    partial = work_dir / (STATE_FILE + ".partial")
+    partial.write_text(json.dumps(state))
+    os.replace(partial, work_dir / STATE_FILE)
+
+
+def read_state(work_dir: Path, *, name: str, resume: bool, strategy: str) -> dict | None:
+    """The interrupted run to resume, or None for a new job; one-line errors otherwise."""
+    path = work_dir / STATE_FILE
+    if not resume:
+        if path.exists():
+            raise ModelError(f"{work_dir} holds an earlier run: add --resume to continue it, or use another "
+                             "--work-dir")
+        return None
+    if strategy != "kb":
+        raise ModelError("--resume works with --strategy kb only")
+    if not path.exists():
+        raise ModelError(f"nothing to resume in {work_dir}: it has no {STATE_FILE}")
+    try:
+        state = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        raise ModelError(f"{path} is damaged; start a new run in another --work-dir") from None
+    if state.get("model") != name:
+        raise ModelError(f"{work_dir} holds a run of {state.get('model')}, not {name}")
+    for file_name in _DATABASE_FILES:  # a kill mid-write can leave a torn last record
+        _drop_torn_tail(work_dir / file_name)
+    return state
+
+
+def _drop_torn_tail(path: Path) -> None:
+    if not path.exists():
+        return
+    lines = path.read_text().splitlines()
+    keep = len(lines)
+    while keep and not _is_json(lines[keep - 1]):
+        keep -= 1
+    if keep < len(lines):
+        path.write_text("".join(line + "\n" for line in lines[:keep]))
+
+
+def _is_json(line: str) -> bool:
+    try:
+        json.loads(line)
+    except json.JSONDecodeError:
+        return False
+    return True
 
 
 def _mismatch(expected: list[np.ndarray], actual: list[np.ndarray]) -> str | None:

@@ -96,3 +96,68 @@ def test_tune_the_shipped_model_end_to_end(tmp_path):
     assert out.shape == (1, 32, 64) and np.isfinite(out).all()
     # layer norm at the end: each row has mean ~0 and variance ~1
     assert np.allclose(out.mean(axis=-1), 0, atol=1e-3) and np.allclose(out.var(axis=-1), 1, atol=1e-2)
+
+
+def test_a_torn_last_record_is_dropped_before_resuming(tmp_path):
+    from kb_tvm.model_tuning import _drop_torn_tail
+
+    path = tmp_path / "database_tuning_record.json"
+    path.write_text('[0, {"a": 1}]\n[1, {"b": 2}]\n[2, {"c"')
+    _drop_torn_tail(path)
+    assert path.read_text() == '[0, {"a": 1}]\n[1, {"b": 2}]\n'
+
+
+def test_resume_needs_an_earlier_run_and_a_new_run_needs_a_clean_dir(tmp_path):
+    work_dir = tmp_path / "w"
+    result = CliRunner().invoke(main, ["tune", str(SHIPPED), "--target", "llvm", "--work-dir", str(work_dir),
+                                       "--resume"])
+    assert result.exit_code != 0 and "nothing to resume" in result.output and result.output.count("\n") == 1
+    assert not work_dir.exists()
+    work_dir.mkdir()
+    (work_dir / "kb_state.json").write_text(json.dumps({"model": str(SHIPPED), "spent_s": 1.0, "tasks": []}))
+    result = CliRunner().invoke(main, ["tune", str(SHIPPED), "--target", "llvm", "--work-dir", str(work_dir)])
+    assert result.exit_code != 0 and "add --resume" in result.output
+
+
+@pytest.mark.tuning
+def test_resume_after_kill_keeps_records_budget_and_finished_tasks(tmp_path):
+    import os
+    import signal
+    import time
+
+    from tvm.s_tir import meta_schedule as ms
+
+    work_dir = tmp_path / "work"
+    command = [sys.executable, "-m", "kb_tvm.cli", "tune", str(SHIPPED), "--budget", "70s", "--target", "llvm",
+               "--work-dir", str(work_dir), "--seed", "2"]
+    first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state_path = work_dir / "kb_state.json"
+    deadline = time.monotonic() + 240
+    state = None
+    while time.monotonic() < deadline:  # wait until two tasks have a measured batch
+        if state_path.exists():
+            state = json.loads(state_path.read_text())
+            if sum(1 for t in state["tasks"] if t["batch_seconds"]) >= 2:
+                break
+        time.sleep(0.5)
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    state = json.loads(state_path.read_text())  # the last state written before the kill
+    done_before = {t["name"]: t for t in state["tasks"] if t["batch_seconds"]}
+    assert len(done_before) >= 2
+    records_before = len(ms.database.JSONDatabase(work_dir=str(work_dir)).get_all_tuning_records())
+    assert records_before > 0
+
+    second = subprocess.run(command + ["--resume"], capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "resuming:" in second.stdout
+    first_batches = [line for line in second.stdout.splitlines() if "first batch" in line]
+    assert not any(f" {name}: first batch" in line for line in first_batches for name in done_before)
+    report = json.loads((work_dir / "report.json").read_text())
+    assert report["seconds_spent"] >= state["spent_s"]  # the budget counts both runs
+    tasks = {t["task"]: t for t in report["tasks"]}
+    for name, before in done_before.items():
+        assert tasks[name]["seconds"] >= before["seconds"] and tasks[name]["trials"] >= before["trials"]
+    records_after = len(ms.database.JSONDatabase(work_dir=str(work_dir)).get_all_tuning_records())
+    assert records_after >= records_before  # nothing measured was lost
+    assert report["numerics"]["ok"]
