@@ -224,18 +224,21 @@ class TaskSearch:
 
     def _coarse_batch(self, n: int) -> list[Candidate]:
         """Round-robin over the regions that still need measurements, best predicted first."""
+        unmeasured = [c for c in self.pool if not c.measured and not c.failures]
+        # one prediction over the pool, not one per region and round
+        ranked = [unmeasured[i] for i in np.argsort(self._rank_keys(unmeasured))]
         chosen: list[Candidate] = []
         chosen_ids: set[int] = set()
         planned = {name: s.trials for name, s in self.regions.items()}
         while len(chosen) < n:
-            needy = sorted((t, name) for name, t in planned.items()
-                           if t < self.opt.coarse_trials_per_region and self._unmeasured(name))
+            needy = sorted((t, name) for name, t in planned.items() if t < self.opt.coarse_trials_per_region)
             progress = False
             for _, name in needy:
-                options = [c for c in self._unmeasured(name) if id(c) not in chosen_ids]
-                if not options or len(chosen) >= n:
+                if len(chosen) >= n:
+                    break
+                cand = next((c for c in ranked if name in c.regions and id(c) not in chosen_ids), None)
+                if cand is None:
                     continue
-                cand = options[int(np.argmin(self._rank_keys(options)))]
                 chosen.append(cand)
                 chosen_ids.add(id(cand))
                 for region in cand.regions:
@@ -244,10 +247,7 @@ class TaskSearch:
             if not progress:
                 break
         # a batch has a fixed cost: fill it with the best-predicted samples of any region
-        rest = [c for c in self.pool if id(c) not in chosen_ids and not c.measured and not c.failures]
-        if len(chosen) < n and rest:
-            order = np.argsort(self._rank_keys(rest))[: n - len(chosen)]
-            chosen += [rest[i] for i in order]
+        chosen += [c for c in ranked if id(c) not in chosen_ids][: n - len(chosen)]
         self._plan(chosen)
         self.batch_origins = [c.origin for c in chosen]
         return chosen
