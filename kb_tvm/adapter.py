@@ -169,8 +169,8 @@ class TimeCappedSearch(PySearchStrategy):
 
 @derived_object
 class ProgressRecorder(PyMeasureCallback):
-    """Records (seconds since start, trials, best ms) after every measured batch, and calls
-    `on_progress` with it; the anytime curve of a run."""
+    """Records (seconds since start, trials, best ms, the task and its batch's best) after every
+    measured batch, and calls `on_progress` with it; the anytime curve of a run."""
 
     def __init__(self, *, on_progress: Callable[[dict], None] | None = None) -> None:
         self.on_progress = on_progress
@@ -181,16 +181,19 @@ class ProgressRecorder(PyMeasureCallback):
         self.best_ms = math.inf
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
+        batch_best = math.inf
         for result in runner_results:
             self.trials += 1
             seconds = _mean_seconds(result)
             if seconds is None:
                 self.failed += 1
             else:
-                self.best_ms = min(self.best_ms, seconds * 1e3)
+                batch_best = min(batch_best, seconds * 1e3)
+        self.best_ms = min(self.best_ms, batch_best)
         point = {"seconds": round(time.monotonic() - self.started, 3), "trials": self.trials,
                  "failed": self.failed, "best_ms": None if math.isinf(self.best_ms) else self.best_ms,
-                 "task_id": int(task_id)}
+                 "task_id": int(task_id), "task": str(task_scheduler.tasks_[task_id].ctx.task_name),
+                 "batch_best_ms": None if math.isinf(batch_best) else batch_best}
         self.curve.append(point)
         if self.on_progress is not None:
             self.on_progress(point)
@@ -201,16 +204,20 @@ class KBTaskScheduler(PyTaskScheduler):
     """Splits one wall-clock budget across the tasks of a model by expected gain per second.
 
     Use with tune_tasks / tune_relax: `task_scheduler=KBTaskScheduler(budget=b)`, and give
-    KBSearch the same TuningBudget `b` so that both count the same seconds. Every task gets
-    one batch first (bottleneck analysis); trivial tasks then retire; the rest get batches
-    by expected gain per second until the budget is spent (at most one batch over).
+    KBSearch the same TuningBudget `b` so that both count the same seconds. Bottleneck analysis
+    first: `default_latency` (task name -> seconds per call of its default schedule, as
+    `kb_tvm.model_tuning.profile_kernels` times them) lets trivial tasks keep their default
+    schedule without a batch; without it every task gets one batch and trivial ones retire
+    after it. The rest get batches by expected gain per second until the budget is spent (at
+    most one batch over).
     `stats` holds per task: seconds, trials, latency before/after, and why it retired;
     `earlier` takes the stats of an interrupted run of the same job, to resume it.
     """
 
     def __init__(self, *, budget: str | float | TuningBudget, floor_share: float = 0.02,
                  retire_below: float = 1e-4, on_event: Callable[[dict], None] | None = None,
-                 earlier: list[allocation.TaskStats] | None = None) -> None:
+                 earlier: list[allocation.TaskStats] | None = None,
+                 default_latency: dict[str, float] | None = None) -> None:
         _check("floor_share", floor_share, 0.0 <= floor_share < 1.0, "must be a fraction in [0, 1)")
         _check("retire_below", retire_below, retire_below >= 0.0, "must be >= 0")
         self.budget = budget if isinstance(budget, TuningBudget) else TuningBudget(budget)
@@ -219,6 +226,7 @@ class KBTaskScheduler(PyTaskScheduler):
         self.on_event = on_event
         self.stats: list[allocation.TaskStats] = []
         self.earlier = {t.name: t for t in earlier or []}  # a resumed job's tasks, by name
+        self.default_latency = dict(default_latency or {})
         self.running: tuple[int, float] | None = None  # (task, when its batch was handed out)
 
     def next_task_id(self) -> int:
@@ -226,7 +234,8 @@ class KBTaskScheduler(PyTaskScheduler):
         if not self.stats:
             self.budget.start()
             self.stats = [self.earlier.get(str(r.ctx.task_name)) or allocation.TaskStats(
-                name=str(r.ctx.task_name), weight=float(r.task_weight), flop=float(r.flop)) for r in scheduler.tasks_]
+                name=str(r.ctx.task_name), weight=float(r.task_weight), flop=float(r.flop),
+                latency_default=self.default_latency.get(str(r.ctx.task_name))) for r in scheduler.tasks_]
             for index, task in enumerate(self.stats):  # finished in an earlier run: not re-spent
                 if task.retired is not None and not scheduler.tasks_[index].is_terminated:
                     scheduler.terminate_task(index)

@@ -1,8 +1,11 @@
 """How KBTaskScheduler splits one wall-clock budget across a model's tasks. Plain Python.
 
-Each task is worth weight x latency (its share of model time). A first batch each gives the
-latencies (bottleneck analysis); trivial tasks then keep that floor and retire. After that
-the next batch goes to the task with the highest expected gain per second:
+Each task is worth weight x latency (its share of model time). Bottleneck analysis first: the
+latency of each task's default schedule (timed in the untuned build) gives its share before
+any tuning; trivial tasks keep the default schedule (their floor) and get no batch, the rest
+get a first batch each, hottest first. Without those timings, the first batch of every task
+gives the latencies and trivial tasks retire after it. After that the next batch goes to the
+task with the highest expected gain per second:
 
     weight x latency x predicted relative improvement of its next batch / predicted seconds
 
@@ -25,8 +28,9 @@ class TaskStats:
     flop: float
     seconds: float = 0.0
     trials: int = 0
-    latency_before: float | None = None  # best of the first batch, seconds
-    latency: float | None = None  # best so far, seconds
+    latency_default: float | None = None  # its default schedule (untuned build), seconds
+    latency_before: float | None = None  # default schedule, else best of the first batch, seconds
+    latency: float | None = None  # best so far (a tuned record or the default), seconds
     improvements: list[float] = field(default_factory=list)  # relative gain of each batch after the first
     batch_seconds: list[float] = field(default_factory=list)
     retired: str | None = None  # why it gets no more seconds
@@ -37,7 +41,8 @@ class TaskStats:
 
     @property
     def model_seconds(self) -> float | None:
-        return None if self.latency is None else self.weight * self.latency
+        latency = self.latency if self.latency is not None else self.latency_default
+        return None if latency is None else self.weight * latency
 
     def record_batch(self, seconds: float, trials: int, best_latency: float | None) -> None:
         self.seconds += seconds
@@ -48,7 +53,9 @@ class TaskStats:
                 self.improvements.append(0.0)
             return
         if self.latency is None:
-            self.latency_before = self.latency = best_latency
+            # the build keeps the default schedule where tuning has not beaten it yet
+            self.latency_before = self.latency_default if self.latency_default is not None else best_latency
+            self.latency = min(best_latency, self.latency_before)
             return
         self.improvements.append(max(0.0, (self.latency - best_latency) / self.latency))
         self.latency = min(self.latency, best_latency)
@@ -104,21 +111,29 @@ def choose_next(
 ) -> Choice:
     """The task to give the next batch, and the tasks to retire now (with why).
 
-    floor_share: a task under this share of model time keeps its first batch and retires.
+    floor_share: a task under this share of model time gets no more: no batch at all when its
+    default schedule's timing says so, else none after its first.
     retire_below: a task whose expected gain per second, as a fraction of the model's
     current time, falls under this retires.
     """
     live = [i for i, t in enumerate(tasks) if t.retired is None]
-    untried = [i for i in live if tasks[i].batches == 0]
-    if untried:  # bottleneck analysis first: one batch each, the biggest FLOP count first
-        pick = max(untried, key=lambda i: tasks[i].weight * tasks[i].flop)
-        return Choice(pick, "first batch: measuring its latency", {}, {})
     measured = [t.model_seconds for t in tasks if t.model_seconds is not None]
     model_time = sum(measured) or 1.0
     retired: dict[int, str] = {}
+    untried = [i for i in live if tasks[i].batches == 0]
+    for i in untried:
+        if tasks[i].latency_default is not None and tasks[i].model_seconds / model_time < floor_share:
+            retired[i] = (f"trivial: {tasks[i].model_seconds / model_time:.1%} of model time under its default "
+                          f"schedule (floor {floor_share:.0%}), keeps it")
+    untried = [i for i in untried if i not in retired]
+    if untried:  # one batch each first, the most model time (or FLOPs, untimed) first
+        pick = max(untried, key=lambda i: (tasks[i].model_seconds or 0.0, tasks[i].weight * tasks[i].flop))
+        return Choice(pick, "first batch: measuring its latency", {}, retired)
     graph = similarity_graph(tasks)
     gains: dict[int, float] = {}
     for i in live:
+        if i in retired:
+            continue
         task = tasks[i]
         if task.model_seconds is None:
             retired[i] = "no candidate built and ran in its first batch"

@@ -74,6 +74,26 @@ def example_inputs(model, seed: int = 0) -> list[np.ndarray]:
     return arrays
 
 
+def fuse(mod, target):
+    """The module as compile_relax prepares it (dispatch, legalize, fuse) before applying
+    records: tasks extracted from this one have the names and bodies compile_relax looks up."""
+    import tvm
+    from tvm import relax
+    from tvm.relax import pipeline
+
+    try:
+        dispatch = pipeline.library_dispatch_passes(target)
+    except (ValueError, AttributeError):
+        dispatch = []
+    passes = [*dispatch, relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
+              relax.transform.FoldConstant(), relax.transform.FuseOps(), relax.transform.FuseTIR()]
+    with target, tvm.transform.PassContext(opt_level=3):
+        once = tvm.transform.Sequential(passes)(mod)
+        # compile_relax runs these passes again on what it is given; the second run only
+        # re-annotates the fused functions, and a third changes nothing: tune what it builds
+        return tvm.transform.Sequential(passes)(once)
+
+
 def build(mod, target, database=None):
     """A VM executable; functions without a tuned record get TVM's default schedules."""
     from tvm.s_tir import meta_schedule as ms
@@ -97,6 +117,31 @@ def run_and_time(executable, target, inputs: list[np.ndarray], repeat: int = 10)
     return outputs, float(np.median(timer("main").results))
 
 
+def profile_kernels(executable, target, tasks, repeat: int = 5) -> dict[str, float]:
+    """Seconds per call of each task's kernel as built in `executable` (timed alone, on random
+    inputs): where the model's time goes before tuning. The bottleneck analysis."""
+    import tvm
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    device = tvm.cuda(0) if target.kind.name == "cuda" else tvm.cpu(0)
+    library = executable.mod.imports[0]  # the compiled kernels, named as the tasks
+    rng = np.random.default_rng(0)
+    seconds = {}
+    for task in tasks:
+        func = next(iter(task.mod.functions.values()))
+        args = [tvm.runtime.tensor(_random_array([int(d) for d in info.shape], info.dtype, rng), device)
+                for info in ArgInfo.from_prim_func(func)]
+        timer = library.time_evaluator(str(task.task_name), device, number=10, repeat=repeat, min_repeat_ms=10)
+        seconds[str(task.task_name)] = float(np.median(timer(*args).results))
+    return seconds
+
+
+def _random_array(shape: list[int], dtype: str, rng) -> np.ndarray:
+    if "int" in dtype:  # indices (gather, embedding): 0 is valid for any table
+        return np.zeros(shape, dtype=dtype)
+    return rng.uniform(-1, 1, size=shape).astype(dtype)
+
+
 def tune_model(
     model,
     *,
@@ -108,30 +153,35 @@ def tune_model(
     seed: int | None = None,
     strategy: str = "kb",
     resume: bool = False,
+    builder=None,
+    runner=None,
     on_event: Callable[[dict], None] | None = None,
 ) -> dict:
     """Tune every task of `model` (an onnx.ModelProto from `load_onnx`) within `budget`,
-    export `work_dir/model.so`, write `report.json` and `report.md`, and return the report.
-    strategy "evolutionary" runs stock MetaSchedule instead (gradient task scheduler and
-    EvolutionarySearch, stopped at the same wall budget), for side-by-side runs.
+    export `work_dir/model.so`, write `report.json`, `report.md` and `latency.png`, and return
+    the report. strategy "evolutionary" runs stock MetaSchedule instead (gradient task
+    scheduler and EvolutionarySearch, stopped at the same wall budget), for side-by-side runs.
     resume: continue an interrupted run in `work_dir` (kb only): its records stay, its seconds
-    count against the budget, and tasks it finished get no more."""
-    from tvm import relax
+    count against the budget, and tasks it finished get no more. builder/runner: MetaSchedule's
+    (e.g. an RPCRunner); default local."""
     from tvm.s_tir import meta_schedule as ms
 
-    from .adapter import KBSearch, KBTaskScheduler, TimeCappedSearch
-    from .tuning import STRATEGIES
+    from .adapter import KBSearch, KBTaskScheduler, ProgressRecorder, TimeCappedSearch
+    from .tuning import STRATEGIES, default_builder, default_runner
 
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
     work_dir = Path(work_dir)
     earlier = read_state(work_dir, name=name, resume=resume, strategy=strategy)
-    mod = relax.transform.LegalizeOps()(to_relax(model))
+    mod = fuse(to_relax(model), target)
+    tasks = ms.relax_integration.extract_tasks(mod, target)
     work_dir.mkdir(parents=True, exist_ok=True)
     inputs = example_inputs(model)
     notify = on_event or (lambda record: None)
 
-    untuned_outputs, untuned_latency = run_and_time(build(mod, target), target, inputs)
+    untuned = build(mod, target)
+    untuned_outputs, untuned_latency = run_and_time(untuned, target, inputs)
+    default_latency = profile_kernels(untuned, target, tasks)
     notify({"event": "untuned", "latency_ms": untuned_latency * 1e3})
 
     import tvm.s_tir.tensor_intrin  # noqa: F401 - one-time registration, before the clock
@@ -139,13 +189,21 @@ def tune_model(
     tuning_budget = TuningBudget(budget, already_spent=earlier["spent_s"] if earlier else 0.0).start()
     if earlier:
         notify({"event": "resume", "spent_s": earlier["spent_s"], "tasks": len(earlier["tasks"])})
+    batches: list[dict] = list(earlier.get("batches", [])) if earlier else []
+
+    def save_state() -> None:
+        write_state(work_dir, name=name, budget=tuning_budget, tasks=scheduler.stats if strategy == "kb" else [],
+                    batches=batches)
 
     def emit(record: dict) -> None:  # every scheduler decision also saves the job's state
-        write_state(work_dir, name=name, budget=tuning_budget, tasks=scheduler.stats)
+        save_state()
         notify(record)
 
+    def measured(point: dict) -> None:
+        batches.append({"seconds": tuning_budget.spent, "task": point["task"], "best_ms": point["batch_best_ms"]})
+
     if strategy == "kb":
-        scheduler = KBTaskScheduler(budget=tuning_budget, on_event=emit,
+        scheduler = KBTaskScheduler(budget=tuning_budget, on_event=emit, default_latency=default_latency,
                                     earlier=[TaskStats(**t) for t in earlier["tasks"]] if earlier else None)
         search, cost_model = KBSearch(budget=tuning_budget, seed=seed), "random"
     else:
@@ -154,31 +212,40 @@ def tune_model(
     database = ms.relax_integration.tune_relax(
         mod, params={}, target=target, work_dir=str(work_dir), max_trials_global=1_000_000,
         num_trials_per_iter=trials_per_batch or (64 if is_cuda else 16), cost_model=cost_model,
+        builder=builder or default_builder(target), runner=runner or default_runner(),
+        measure_callbacks=ms.MeasureCallback.create("default") + [ProgressRecorder(on_progress=measured)],
         strategy=search, task_scheduler=scheduler, seed=seed,
     )
     stats = scheduler.stats if strategy == "kb" else []  # stock keeps no per-task seconds
     seconds = tuning_budget.spent
-    executable = build(mod, target, database)
+    if strategy == "kb":
+        save_state()
+    chosen, kept_default = better_than_default(database, tasks, target, default_latency)
+    executable = build(mod, target, chosen)
     executable.export_library(str(work_dir / "model.so"))
     tuned_outputs, tuned_latency = run_and_time(executable, target, inputs)
-    mismatch = _mismatch(untuned_outputs, tuned_outputs)
+    reference, reference_name = onnxruntime_outputs(model, inputs)
+    if reference is None:
+        reference, reference_name = untuned_outputs, "untuned TVM build"
+    mismatch = _mismatch(reference, tuned_outputs)
 
-    total = sum(t.model_seconds or 0.0 for t in stats) or 1.0
+    weights = {str(t.task_name): float(t.weight) for t in tasks}
+    curve = latency_curve(batches, weights, default_latency, untuned_latency)
+    plot_curve(work_dir / "latency.png", curve, tuned=(seconds, tuned_latency), title=f"{name} ({strategy})")
+    total = sum(weights[n] * default_latency[n] for n in weights) or 1.0
+    by_name = {t.name: t for t in stats}
     report = {
         "model": name, "target": str(target.export()), "budget_s": tuning_budget.total,
         "strategy": strategy, "seconds_spent": seconds,
         "trials": len(database.get_all_tuning_records()),
         "latency_untuned_ms": untuned_latency * 1e3, "latency_tuned_ms": tuned_latency * 1e3,
         "speedup": untuned_latency / tuned_latency,
-        "numerics": {"checked_against": "untuned TVM build", "ok": mismatch is None, "mismatch": mismatch},
+        "numerics": {"checked_against": reference_name, "ok": mismatch is None, "mismatch": mismatch},
         "library": str(work_dir / "model.so"), "records": str(work_dir / "database_tuning_record.json"),
-        "tasks": [
-            {"task": t.name, "weight": t.weight, "share_of_model_time": (t.model_seconds or 0.0) / total,
-             "seconds": t.seconds, "trials": t.trials,
-             "latency_before_ms": None if t.latency_before is None else t.latency_before * 1e3,
-             "latency_after_ms": None if t.latency is None else t.latency * 1e3, "retired": t.retired}
-            for t in sorted(stats, key=lambda t: -(t.model_seconds or 0.0))
-        ],
+        "plot": str(work_dir / "latency.png"),
+        "curve": [{"seconds": round(s, 2), "estimated_ms": round(ms_ * 1e3, 5)} for s, ms_ in curve],
+        "tasks": [_task_row(n, weights[n], default_latency[n], total, by_name.get(n), database, tasks, target,
+                            kept_default) for n in sorted(weights, key=lambda n: -weights[n] * default_latency[n])],
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     (work_dir / "report.json").write_text(json.dumps(report, indent=1))
@@ -186,15 +253,109 @@ def tune_model(
     return report
 
 
+def _best_record(database, task, target):
+    func_mod = task.dispatched[0]
+    return database.query_tuning_record(func_mod, target, str(task.task_name))
+
+
+def better_than_default(database, tasks, target, default_latency: dict[str, float]):
+    """A database holding each task's best record where it beats the task's default schedule;
+    where it does not (a short budget on a GPU, where TVM's defaults are good), the build keeps
+    the default. Returns (database, names of the tasks that kept the default)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    chosen = ms.database.MemoryDatabase()
+    kept_default = []
+    for task in tasks:
+        record = _best_record(database, task, target)
+        if record is None:
+            continue
+        latency = _record_seconds(record)
+        if latency is None or latency >= default_latency[str(task.task_name)]:
+            kept_default.append(str(task.task_name))
+            continue
+        workload = chosen.commit_workload(task.dispatched[0])
+        chosen.commit_tuning_record(ms.database.TuningRecord(
+            record.trace, workload, record.run_secs, record.target, record.args_info))
+    return chosen, kept_default
+
+
+def _record_seconds(record) -> float | None:
+    secs = [float(s) for s in (record.run_secs or [])]
+    ok = [s for s in secs if s < 1e9]  # MetaSchedule marks failed runs with 1e10
+    return sum(ok) / len(ok) if ok else None
+
+
+def _task_row(name, weight, default, total, stats, database, tasks, target, kept_default) -> dict:
+    task = next(t for t in tasks if str(t.task_name) == name)
+    record = _best_record(database, task, target)
+    best = _record_seconds(record) if record is not None else None
+    after = default if best is None or name in kept_default else best
+    return {"task": name, "weight": weight, "share_of_model_time": weight * default / total,
+            "seconds": stats.seconds if stats else None, "trials": stats.trials if stats else None,
+            "latency_before_ms": default * 1e3, "latency_after_ms": after * 1e3,
+            "schedule": "default" if after == default else "tuned",
+            "retired": stats.retired if stats else None}
+
+
+def latency_curve(batches: list[dict], weights: dict[str, float], default_latency: dict[str, float],
+                  untuned_latency: float) -> list[tuple[float, float]]:
+    """End-to-end latency against seconds spent, estimated after every batch: the untuned
+    latency minus what the tasks' best latencies so far save (weight x (default - best))."""
+    current = dict(default_latency)
+    saved = 0.0
+    curve = [(0.0, untuned_latency)]
+    for batch in batches:
+        name, best = batch["task"], batch["best_ms"]
+        if best is not None and name in current and best * 1e-3 < current[name]:
+            saved += weights[name] * (current[name] - best * 1e-3)
+            current[name] = best * 1e-3
+        curve.append((batch["seconds"], untuned_latency - saved))
+    return curve
+
+
+def plot_curve(path: Path, curve: list[tuple[float, float]], *, tuned: tuple[float, float], title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=120)
+    ax.step([s for s, _ in curve], [v * 1e3 for _, v in curve], where="post",
+            label="estimated from the tasks' best latencies")
+    ax.plot([0.0], [curve[0][1] * 1e3], "o", color="gray", label="measured: untuned")
+    ax.plot([tuned[0]], [tuned[1] * 1e3], "o", color="tab:red", label="measured: tuned build")
+    ax.set_xlabel("seconds of budget spent")
+    ax.set_ylabel("end-to-end latency (ms)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def onnxruntime_outputs(model, inputs: list[np.ndarray]) -> tuple[list[np.ndarray] | None, str]:
+    """The model's outputs from onnxruntime (CPU), or None where it is not installed."""
+    try:
+        import onnxruntime
+    except ImportError:
+        return None, ""
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    return list(session.run(None, dict(zip(names, inputs)))), f"onnxruntime {onnxruntime.__version__}"
+
+
 STATE_FILE = "kb_state.json"
 _DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
 
 
-def write_state(work_dir: Path, *, name: str, budget: TuningBudget, tasks: list[TaskStats]) -> None:
+def write_state(work_dir: Path, *, name: str, budget: TuningBudget, tasks: list[TaskStats],
+                batches: list[dict]) -> None:
     """The job's state after each scheduler decision; written whole and renamed, so a kill
     at any moment leaves either the old or the new file."""
     state = {"schema": 1, "model": name, "budget_s": budget.total, "spent_s": budget.spent,
-             "tasks": [vars(t) for t in tasks]}
+             "tasks": [vars(t) for t in tasks], "batches": batches}
     partial = work_dir / (STATE_FILE + ".partial")
     partial.write_text(json.dumps(state))
     os.replace(partial, work_dir / STATE_FILE)
@@ -258,17 +419,24 @@ def report_markdown(report: dict) -> str:
         "",
         f"- end-to-end latency: untuned {report['latency_untuned_ms']:.4f} ms -> tuned "
         f"{report['latency_tuned_ms']:.4f} ms ({report['speedup']:.2f}x)",
-        f"- budget: {report['seconds_spent']:.0f} s spent of {report['budget_s']:.0f} s, {report['trials']} trials",
+        f"- budget: {report['seconds_spent']:.0f} s spent of {report['budget_s']:.0f} s, {report['trials']} trials "
+        f"({report['strategy']})",
         f"- numerics vs {report['numerics']['checked_against']}: "
         + ("ok" if report["numerics"]["ok"] else f"**MISMATCH: {report['numerics']['mismatch']}**"),
         f"- library: `{report['library']}`",
         "",
-        "| task | weight | share of model time | seconds | trials | before ms | after ms | retired |",
-        "|---|---|---|---|---|---|---|---|",
+        "![end-to-end latency against seconds spent](latency.png)",
+        "",
+        "Latency before = the task's default schedule in the untuned build; after = the schedule the "
+        "tuned build uses (a tuned record only where it beats the default).",
+        "",
+        "| task | weight | share of model time | seconds | trials | before ms | after ms | schedule | retired |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for t in report["tasks"]:
-        before = "-" if t["latency_before_ms"] is None else f"{t['latency_before_ms']:.4f}"
-        after = "-" if t["latency_after_ms"] is None else f"{t['latency_after_ms']:.4f}"
-        lines.append(f"| {t['task']} | {t['weight']:g} | {t['share_of_model_time']:.1%} | {t['seconds']:.0f} | "
-                     f"{t['trials']} | {before} | {after} | {t['retired'] or ''} |")
+        seconds = "-" if t["seconds"] is None else f"{t['seconds']:.0f}"
+        trials = "-" if t["trials"] is None else str(t["trials"])
+        lines.append(f"| {t['task']} | {t['weight']:g} | {t['share_of_model_time']:.1%} | {seconds} | {trials} | "
+                     f"{t['latency_before_ms']:.4f} | {t['latency_after_ms']:.4f} | {t['schedule']} | "
+                     f"{t['retired'] or ''} |")
     return "\n".join(lines) + "\n"

@@ -45,6 +45,14 @@ def physical_cores() -> int:
     return psutil.cpu_count(logical=False) or os.cpu_count() or 1
 
 
+def available_cpus() -> int:
+    """CPUs this process may run on (taskset and containers included)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 def cuda_available() -> bool:
     try:
         import tvm
@@ -82,6 +90,21 @@ def make_target(spec: str | dict | None):
     except Exception as err:  # noqa: BLE001 - TVM raises many kinds here
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ValueError(f"target {json.dumps(spec)} is not valid: {first}") from None
+
+
+def default_builder(target):
+    """Local builds on every core; GPU builds get 120 s (a cold GPU machine timed out at 30 s)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    is_cuda = target.kind.name == "cuda"
+    return ms.builder.LocalBuilder(max_workers=available_cpus() if is_cuda else physical_cores(),
+                                   timeout_sec=120 if is_cuda else 30)
+
+
+def default_runner():
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.runner.LocalRunner(timeout_sec=30)
 
 
 def _space_for(workload, target):
@@ -128,11 +151,8 @@ def tune_operator(
     cores = physical_cores()
     if trials_per_batch is None:
         trials_per_batch = 64 if is_cuda else 16
-    if builder is None:
-        builder = ms.builder.LocalBuilder(max_workers=os.cpu_count() if is_cuda else cores,
-                                          timeout_sec=120 if is_cuda else 30)
-    if runner is None:
-        runner = ms.runner.LocalRunner(timeout_sec=30)
+    builder = builder or default_builder(target)
+    runner = runner or default_runner()
     stop_reasons: list[str] = []
 
     def event(record: dict) -> None:

@@ -67,3 +67,25 @@ def test_failed_first_batch_retires_the_task():
     tasks[0].record_batch(10.0, 8, None)
     choice = choose_next(tasks, default_batch_seconds=10)
     assert choice.task is None and "no candidate built" in choice.retired[0]
+
+
+def test_default_schedule_timings_let_trivial_tasks_skip_tuning_and_order_the_hot_ones():
+    # weight x default latency: the matmul is 80% of model time, the transpose 0.1%
+    tasks = [TaskStats("transpose", weight=2, flop=1e4, latency_default=1e-6),
+             TaskStats("fused_matmul_add", weight=1, flop=1e9, latency_default=1.6e-3),
+             TaskStats("softmax", weight=1, flop=1e8, latency_default=4e-4)]
+    choice = choose_next(tasks, default_batch_seconds=10)
+    assert choice.task == 1 and choice.why.startswith("first batch")  # the most model time first
+    assert set(choice.retired) == {0} and "default schedule" in choice.retired[0]
+    tasks[0].retired = choice.retired[0]
+    tasks[1].record_batch(10.0, 16, 0.4e-3)
+    assert choose_next(tasks, default_batch_seconds=10).task == 2
+    assert tasks[0].batches == 0  # kept its default schedule, no seconds spent
+
+
+def test_a_first_batch_slower_than_the_default_keeps_the_default_as_latency():
+    task = TaskStats("fused_matmul_add", weight=1, flop=1e9, latency_default=1e-3)
+    task.record_batch(10.0, 16, 3e-3)  # the build would keep the default schedule
+    assert task.latency_before == pytest.approx(1e-3) and task.latency == pytest.approx(1e-3)
+    task.record_batch(10.0, 16, 0.5e-3)
+    assert task.latency == pytest.approx(0.5e-3) and task.improvements == [pytest.approx(0.5)]

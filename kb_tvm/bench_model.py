@@ -1,0 +1,96 @@
+"""Side-by-side whole-model benchmark: `kb-tvm tune` with kb vs stock MetaSchedule on the same
+model, machine and wall budget.
+
+    python -m kb_tvm.bench_model --model workloads/transformer_block.onnx --budget 5m \
+        --target llvm --out bench-results/cpu-model
+
+With two or more GPUs the two runs go side by side, one GPU and half the CPUs each (same
+hardware, same clock); otherwise one after the other. Each run's log, report.json, report.md
+and latency.png land under --out, and summary.json compares the end-to-end latencies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+
+STRATEGIES = ("kb", "evolutionary")
+
+
+def gpu_count() -> int:
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in listed.splitlines() if line.startswith("GPU "))
+
+
+def _command(model, strategy, budget, target, work_dir, seed, trials_per_batch) -> list[str]:
+    command = [sys.executable, "-m", "kb_tvm.cli", "tune", str(model), "--budget", budget, "--strategy", strategy,
+               "--work-dir", str(work_dir), "--seed", str(seed)]
+    if target:
+        command += ["--target", target]
+    if trials_per_batch:
+        command += ["--trials-per-batch", str(trials_per_batch)]
+    return command
+
+
+@click.command()
+@click.option("--model", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--budget", default="5m", show_default=True)
+@click.option("--target", default=None, help="As for kb-tvm tune.")
+@click.option("--out", required=True, type=click.Path(file_okay=False))
+@click.option("--seed", default=0, show_default=True)
+@click.option("--trials-per-batch", type=int, default=None)
+def main(model, budget, target, out, seed, trials_per_batch) -> None:
+    """Tune MODEL with kb and with stock MetaSchedule at the same budget; compare."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    parallel = gpu_count() >= 2 and target != "llvm"
+    cpus = sorted(os.sched_getaffinity(0))
+    halves = [cpus[: len(cpus) // 2], cpus[len(cpus) // 2:]]
+    started = time.time()
+    procs = {}
+    for index, strategy in enumerate(STRATEGIES):
+        work_dir = out / f"work-{strategy}"
+        shutil.rmtree(work_dir, ignore_errors=True)
+        env = dict(os.environ)
+        command = _command(model, strategy, budget, target, work_dir, seed, trials_per_batch)
+        if parallel:  # one GPU and half the CPUs each, at the same time
+            env["CUDA_VISIBLE_DEVICES"] = str(index)
+            command = ["taskset", "-c", ",".join(map(str, halves[index]))] + command
+        log = open(out / f"{strategy}.log", "w")  # noqa: SIM115 - closed when the run ends
+        click.echo(f"start {strategy}: {' '.join(command)}")
+        procs[strategy] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), log)
+        if not parallel:
+            procs[strategy][0].wait()
+    summary = {"model": str(model), "budget": budget, "target": target, "side_by_side": parallel,
+               "cpus_each": len(halves[0]) if parallel else len(cpus), "runs": {}}
+    for strategy, (proc, log) in procs.items():
+        proc.wait()
+        log.close()
+        report_path = out / f"work-{strategy}" / "report.json"
+        if report_path.exists():
+            report = json.loads(report_path.read_text())
+            for name in ("report.json", "report.md", "latency.png"):
+                shutil.copy(out / f"work-{strategy}" / name, out / f"{strategy}-{name}")
+            summary["runs"][strategy] = {k: report[k] for k in (
+                "latency_untuned_ms", "latency_tuned_ms", "speedup", "seconds_spent", "trials", "numerics")}
+        summary["runs"].setdefault(strategy, {})["exit_code"] = proc.returncode
+    kb, stock = summary["runs"]["kb"], summary["runs"]["evolutionary"]
+    if "latency_tuned_ms" in kb and "latency_tuned_ms" in stock:
+        summary["kb_over_stock"] = kb["latency_tuned_ms"] / stock["latency_tuned_ms"]
+    summary["wall_s"] = time.time() - started
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    click.echo(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
