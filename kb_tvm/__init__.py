@@ -11,7 +11,8 @@ if (_checkout / "workloads" / "__init__.py").is_file() and (_checkout / "schedul
     __path__.append(str(_checkout))  # noqa: F821 - a package's __path__
 
 __version__ = "0.1.0"
-__all__ = ["KBSearch", "KBTaskScheduler", "ProgressRecorder", "TimeCappedSearch", "TuningBudget", "parse_budget"]
+__all__ = ["Experience", "KBSearch", "KBTaskScheduler", "ProgressRecorder", "TimeCappedSearch", "TuningBudget",
+           "parse_budget"]
 
 
 def __getattr__(name):
@@ -20,4 +21,8 @@ def __getattr__(name):
         from . import adapter
 
         return getattr(adapter, name)
+    if name == "Experience":
+        from .experience import Experience
+
+        return Experience
     raise AttributeError(f"module 'kb_tvm' has no attribute {name!r}")

@@ -21,11 +21,12 @@ from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy, SearchStrategy
 from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler
 
-from . import allocation
+from . import allocation, warm_start
 
 from .budget import TuningBudget
 from .decision_log import DecisionLog
-from .search import SearchOptions, TaskSearch
+from .experience import Experience
+from .search import FEATURE_VERSION, SearchOptions, TaskSearch
 from .templates import load_templates
 
 
@@ -72,11 +73,17 @@ class KBSearch(PySearchStrategy):
     made for the tasks of one job share its budget. It writes one decision log per task
     under `log_dir` (default: `<work_dir>/kb_logs`, found from a JSONDatabase), and hands
     every logged event (a dict with "event", "task" and its fields) to `on_event`.
+    `experience`: a `kb_tvm.Experience` library to warm-start from (similar workloads on the
+    same target kind lend their best schedules, winning regions, costs and cost-model rows)
+    and to add each task's outcome to; None (the default) searches cold and keeps nothing.
     """
 
     def __init__(self, *, budget: str | float | TuningBudget, templates_dir: str | None = None,
                  log_dir: str | None = None, on_event: Callable[[dict], None] | None = None,
-                 **options) -> None:
+                 experience: Experience | None = None, **options) -> None:
+        _check("experience", experience, experience is None or isinstance(experience, Experience),
+               "must be a kb_tvm.Experience or None")
+        self.experience = experience
         self.budget = budget if isinstance(budget, TuningBudget) else TuningBudget(budget)
         self.options = _validated_options(**options)
         self.templates_dir = templates_dir
@@ -108,9 +115,17 @@ class KBSearch(PySearchStrategy):
         options = self.options
         if options.seed is None and self.context.rand_state >= 0:
             options = _validated_options(**{**vars(options), "seed": int(self.context.rand_state)})
+        borrowed, prior = [], None
+        if self.experience is not None:
+            try:
+                borrowed, prior = warm_start.lend(self.experience, self.context.mod, task_name,
+                                                  self.context.target, FEATURE_VERSION)
+            except Exception as err:  # noqa: BLE001 - a library problem must not stop tuning
+                log.write("borrow-failed", error=f"{type(err).__name__}: {err}"[:300])
         self.task = TaskSearch(context=self.context, design_spaces=design_spaces, templates=templates,
                                budget=self.budget, options=options, max_trials=int(max_trials),
-                               trials_per_batch=int(num_trials_per_iter), log=log)
+                               trials_per_batch=int(num_trials_per_iter), log=log, borrowed=borrowed,
+                               prior=prior)
         log.write("start", task=self.context.task_name, target=str(self.context.target.export()),
                   budget_s=self.budget.total, budget_spent_s=self.budget.spent, max_trials=int(max_trials),
                   trials_per_batch=int(num_trials_per_iter), design_spaces=len(design_spaces),
@@ -118,8 +133,16 @@ class KBSearch(PySearchStrategy):
 
     def post_tuning(self) -> None:
         task = self.task
-        if task is not None:
-            task.stop("tuning ended by the task scheduler")
+        if task is None:
+            return
+        task.stop("tuning ended by the task scheduler")
+        payload = task.experience() if self.experience is not None else None
+        if payload is not None:
+            try:
+                entry_id = warm_start.save(self.experience, self.context, payload)
+                task.log.write("experience-saved", entry=entry_id, library=str(self.experience.path))
+            except Exception as err:  # noqa: BLE001 - the records are in the database anyway
+                task.log.write("experience-save-failed", error=f"{type(err).__name__}: {err}"[:300])
 
     def generate_measure_candidates(self):
         batch = self.task.next_batch()
@@ -133,7 +156,7 @@ class KBSearch(PySearchStrategy):
     def clone(self) -> SearchStrategy:
         # clones (one per task) share the budget: it counts seconds of the whole job
         return KBSearch(budget=self.budget, templates_dir=self.templates_dir, log_dir=self.log_dir,
-                        on_event=self.on_event, **vars(self.options))
+                        on_event=self.on_event, experience=self.experience, **vars(self.options))
 
 
 @derived_object
@@ -209,7 +232,8 @@ class KBTaskScheduler(PyTaskScheduler):
     `kb_tvm.model_tuning.profile_kernels` times them) lets trivial tasks keep their default
     schedule without a batch; without it every task gets one batch and trivial ones retire
     after it. The rest get batches by expected gain per second until the budget is spent (at
-    most one batch over).
+    most one batch over). `experience`: similar workloads tuned before say how fast each task
+    is likely to improve, before it has a curve of its own.
     `stats` holds per task: seconds, trials, latency before/after, and why it retired;
     `earlier` takes the stats of an interrupted run of the same job, to resume it.
     """
@@ -217,7 +241,11 @@ class KBTaskScheduler(PyTaskScheduler):
     def __init__(self, *, budget: str | float | TuningBudget, floor_share: float = 0.02,
                  retire_below: float = 1e-4, on_event: Callable[[dict], None] | None = None,
                  earlier: list[allocation.TaskStats] | None = None,
-                 default_latency: dict[str, float] | None = None) -> None:
+                 default_latency: dict[str, float] | None = None,
+                 experience: Experience | None = None) -> None:
+        _check("experience", experience, experience is None or isinstance(experience, Experience),
+               "must be a kb_tvm.Experience or None")
+        self.experience = experience
         _check("floor_share", floor_share, 0.0 <= floor_share < 1.0, "must be a fraction in [0, 1)")
         _check("retire_below", retire_below, retire_below >= 0.0, "must be >= 0")
         self.budget = budget if isinstance(budget, TuningBudget) else TuningBudget(budget)
@@ -236,6 +264,8 @@ class KBTaskScheduler(PyTaskScheduler):
             self.stats = [self.earlier.get(str(r.ctx.task_name)) or allocation.TaskStats(
                 name=str(r.ctx.task_name), weight=float(r.task_weight), flop=float(r.flop),
                 latency_default=self.default_latency.get(str(r.ctx.task_name))) for r in scheduler.tasks_]
+            if self.experience is not None:
+                self._borrow_curves(scheduler)
             for index, task in enumerate(self.stats):  # finished in an earlier run: not re-spent
                 if task.retired is not None and not scheduler.tasks_[index].is_terminated:
                     scheduler.terminate_task(index)
@@ -265,6 +295,21 @@ class KBTaskScheduler(PyTaskScheduler):
                    budget_spent_s=self.budget.spent, budget_left_s=self.budget.remaining)
         self.running = (choice.task, time.monotonic())
         return choice.task
+
+    def _borrow_curves(self, scheduler) -> None:
+        for record, task in zip(scheduler.tasks_, self.stats):
+            if task.borrowed_improvements:
+                continue  # resumed: borrowed in the first run
+            try:
+                summary = warm_start.workload_summary(record.ctx.mod, task.name)
+                near = self.experience.nearest(summary, target_kind=record.ctx.target.kind.name)
+            except Exception as err:  # noqa: BLE001 - a library problem must not stop tuning
+                self._emit("borrow-failed", task=task.name, error=f"{type(err).__name__}: {err}"[:300])
+                continue
+            task.borrowed_improvements = [allocation.improvement_curve(e.trajectory) for _, e in near]
+            if near:
+                self._emit("borrowed", task=task.name, entries=[e.id for _, e in near],
+                           curves=task.borrowed_improvements)
 
     def _finish(self, why: str) -> int:
         scheduler = self._outer()

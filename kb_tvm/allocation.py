@@ -10,7 +10,8 @@ task with the highest expected gain per second:
     weight x latency x predicted relative improvement of its next batch / predicted seconds
 
 where the predicted improvement blends the task's own recent improvements with what similar
-tasks of the model gained at the same point (a similarity graph, networkx).
+tasks gained at the same point: tasks of the model (a similarity graph, networkx) and similar
+workloads tuned before (the experience library).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ class TaskStats:
     improvements: list[float] = field(default_factory=list)  # relative gain of each batch after the first
     batch_seconds: list[float] = field(default_factory=list)
     retired: str | None = None  # why it gets no more seconds
+    # improvement curves of similar workloads tuned before (experience library)
+    borrowed_improvements: list[list[float]] = field(default_factory=list)
 
     @property
     def batches(self) -> int:
@@ -80,10 +83,17 @@ def similarity_graph(tasks: list[TaskStats]) -> nx.Graph:
     return graph
 
 
-def predicted_improvement(task: TaskStats, neighbours: list[TaskStats], prior: float = 0.3) -> float:
-    """Relative improvement the task's next batch should buy."""
+def improvement_curve(trajectory: list) -> list[float]:
+    """Relative gain of each batch after the first, from a [seconds, best latency] trajectory."""
+    bests = [point[1] for point in trajectory]
+    return [max(0.0, (a - b) / a) for a, b in zip(bests, bests[1:]) if a > 0]
+
+
+def predicted_improvement(task: TaskStats, neighbour_curves: list[list[float]], prior: float = 0.3) -> float:
+    """Relative improvement the task's next batch should buy. neighbour_curves: improvement
+    curves of similar tasks (of this model, or tuned before)."""
     at = len(task.improvements)  # the index of the improvement the next batch would add
-    seen = [n.improvements[at] for n in neighbours if len(n.improvements) > at]
+    seen = [curve[at] for curve in neighbour_curves if len(curve) > at]
     # early batches gain a lot, later ones less; similar tasks say how fast it fades
     expected = sum(seen) / len(seen) if seen else prior / (1.0 + at)
     if not task.improvements:
@@ -142,7 +152,7 @@ def choose_next(
         if share < floor_share:
             retired[i] = f"trivial: {share:.1%} of model time (floor {floor_share:.0%}), kept its first batch"
             continue
-        neighbours = [tasks[j] for j in graph.neighbors(i)]
+        neighbours = [tasks[j].improvements for j in graph.neighbors(i)] + task.borrowed_improvements
         seconds = sum(task.batch_seconds[-3:]) / len(task.batch_seconds[-3:]) if task.batch_seconds \
             else default_batch_seconds
         gain = task.model_seconds * predicted_improvement(task, neighbours) / max(seconds, 1e-3)

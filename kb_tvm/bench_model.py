@@ -49,7 +49,9 @@ def _command(model, strategy, budget, target, work_dir, seed, trials_per_batch) 
 @click.option("--out", required=True, type=click.Path(file_okay=False))
 @click.option("--seed", default=0, show_default=True)
 @click.option("--trials-per-batch", type=int, default=None)
-def main(model, budget, target, out, seed, trials_per_batch) -> None:
+@click.option("--work-root", type=click.Path(file_okay=False), default=None,
+              help="Where the two work dirs go (records, model.so). Default: --out.")
+def main(model, budget, target, out, seed, trials_per_batch, work_root) -> None:
     """Tune MODEL with kb and with stock MetaSchedule at the same budget; compare."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -59,7 +61,7 @@ def main(model, budget, target, out, seed, trials_per_batch) -> None:
     started = time.time()
     procs = {}
     for index, strategy in enumerate(STRATEGIES):
-        work_dir = out / f"work-{strategy}"
+        work_dir = Path(work_root or out) / f"work-{strategy}"
         shutil.rmtree(work_dir, ignore_errors=True)
         env = dict(os.environ)
         command = _command(model, strategy, budget, target, work_dir, seed, trials_per_batch)
@@ -76,11 +78,12 @@ def main(model, budget, target, out, seed, trials_per_batch) -> None:
     for strategy, (proc, log) in procs.items():
         proc.wait()
         log.close()
-        report_path = out / f"work-{strategy}" / "report.json"
+        work_dir = Path(work_root or out) / f"work-{strategy}"
+        report_path = work_dir / "report.json"
         if report_path.exists():
             report = json.loads(report_path.read_text())
             for name in ("report.json", "report.md", "latency.png"):
-                shutil.copy(out / f"work-{strategy}" / name, out / f"{strategy}-{name}")
+                shutil.copy(work_dir / name, out / f"{strategy}-{name}")
             summary["runs"][strategy] = {k: report[k] for k in (
                 "latency_untuned_ms", "latency_tuned_ms", "speedup", "seconds_spent", "trials", "numerics")}
         summary["runs"].setdefault(strategy, {})["exit_code"] = proc.returncode

@@ -30,6 +30,24 @@ def main() -> None:
     """kb_tvm: budget-aware kernel tuning for TVM MetaSchedule."""
 
 
+def _experience_options(command):
+    command = click.option("--no-experience", is_flag=True,
+                           help="Tune cold: borrow nothing from the experience library, add nothing.")(command)
+    return click.option("--experience", "experience_dir", type=click.Path(file_okay=False), default=None,
+                        help="Experience library to warm-start from and add to (kb only). "
+                        "Default: ~/.cache/kb_tvm/experience.")(command)
+
+
+def _experience(experience_dir, no_experience: bool, strategy: str):
+    from .experience import Experience
+
+    if no_experience and experience_dir:
+        _fail("--experience and --no-experience contradict each other: give one")
+    if no_experience or strategy != "kb":
+        return None
+    return Experience(experience_dir)
+
+
 def _show_event(record: dict) -> None:
     """The search's phase changes, one line each (the rest is in the decision log)."""
     event = record["event"]
@@ -72,7 +90,9 @@ def list_ops() -> None:
               help="Optional cap on measured candidates; the budget is the main limit.")
 @click.option("--seed", type=int, default=None, help="Random seed, for a repeatable search.")
 @click.option("--json-out", type=click.Path(dir_okay=False), default=None, help="Also write the result here.")
-def tune_op(name, budget, target, work_dir, strategy, trials_per_batch, max_trials, seed, json_out) -> None:
+@_experience_options
+def tune_op(name, budget, target, work_dir, strategy, trials_per_batch, max_trials, seed, json_out,
+            experience_dir, no_experience) -> None:
     """Tune the operator workload NAME (see `kb-tvm ops`) within a wall-clock budget."""
     from kb_tvm.workloads import get_workload
 
@@ -86,6 +106,7 @@ def tune_op(name, budget, target, work_dir, strategy, trials_per_batch, max_tria
         tvm_target = make_target(target)
     except ValueError as err:
         _fail(str(err))
+    experience = _experience(experience_dir, no_experience, strategy)
     work_dir = Path(work_dir or Path("kb-work") / f"{name}-{strategy}")
     _writable_dir(work_dir)
     click.echo(f"tuning {name} ({workload.description}) on {tvm_target.kind.name} with {strategy}, "
@@ -100,7 +121,7 @@ def tune_op(name, budget, target, work_dir, strategy, trials_per_batch, max_tria
 
     result = tune_operator(workload, target=tvm_target, budget=budget, work_dir=work_dir, strategy=strategy,
                            trials_per_batch=trials_per_batch, max_trials=max_trials, seed=seed,
-                           on_progress=progress, on_event=_show_event, quiet=True)
+                           on_progress=progress, on_event=_show_event, quiet=True, experience=experience)
     if result.final_ms is None:
         _fail(f"no candidate of {name} built and ran in {format_seconds(result.seconds)}; see {work_dir}/logs")
     click.echo(f"best {result.final_ms:.4f} ms ({result.gflops:.1f} GFLOP/s, re-timed), "
@@ -137,12 +158,15 @@ def _writable_dir(work_dir: Path) -> None:
               help="kb (KBTaskScheduler + KBSearch) or stock MetaSchedule, for a side-by-side run.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run in --work-dir: its records stay, "
               "its seconds count, finished tasks get no more.")
-def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, strategy, resume) -> None:
+@_experience_options
+def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, strategy, resume,
+                       experience_dir, no_experience) -> None:
     """Tune an ONNX model within a wall-clock budget; export a library and a report."""
     from .model_tuning import ModelError, load_onnx, read_state, to_relax, tune_model
     from .tuning import make_target
 
     work_dir = Path(work_dir or Path("kb-work") / Path(model).stem)
+    experience = _experience(experience_dir, no_experience, strategy)
     try:  # every check before anything is written
         onnx_model = load_onnx(model)
         to_relax(onnx_model)
@@ -169,7 +193,7 @@ def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, 
     try:
         report = tune_model(onnx_model, name=str(model), target=tvm_target, budget=budget, work_dir=work_dir,
                             trials_per_batch=trials_per_batch, seed=seed, strategy=strategy, resume=resume,
-                            on_event=show)
+                            experience=experience, on_event=show)
     except ModelError as err:
         _fail(str(err))
     click.echo(f"tuned: {report['latency_tuned_ms']:.4f} ms end to end ({report['speedup']:.2f}x), "
@@ -180,6 +204,40 @@ def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, 
         sys.exit(3)
     click.echo(f"library: {report['library']}  report: {work_dir}/report.md")
 
+
+@main.command("train-model")
+@click.option("--target", "key", required=True,
+              help='Which targets\' rows to train on: "llvm" or "cuda-sm_90" (cuda with its arch).')
+@click.option("--experience", "experience_dir", type=click.Path(file_okay=False), default=None,
+              help="The library to train on. Default: ~/.cache/kb_tvm/experience.")
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="Model file (xgboost JSON; a .meta.json goes beside it). Default: the library's "
+              "models/TARGET.json, which tuning then prefers to the model shipped with kb_tvm.")
+def train_model_command(key, experience_dir, out) -> None:
+    """Fit the search's prior cost model offline on every run the experience library holds."""
+    from .experience import Experience
+    from .search import FEATURE_VERSION
+    from .warm_start import train_model
+
+    experience = Experience(experience_dir)
+    try:
+        model, meta = train_model(experience, key, FEATURE_VERSION)
+    except ValueError as err:
+        _fail(str(err))
+    out = Path(out) if out else experience.path / "models" / f"{key}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    model.save(out)
+    out.with_suffix(".meta.json").write_text(json.dumps(meta, indent=1))
+    click.echo(f"trained on {meta['rows']} rows from {meta['workloads']} workloads: {out}")
+
+
+def _register_experience() -> None:
+    from .experience_cli import experience_group
+
+    main.add_command(experience_group)
+
+
+_register_experience()
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

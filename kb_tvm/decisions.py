@@ -45,8 +45,10 @@ def region_score(stats: RegionStats, overall_best: float) -> float:
     return speed * (1.0 - fail_rate)
 
 
-def rank_regions(regions: list[RegionStats], keep: int) -> list[tuple[RegionStats, float, bool, str]]:
-    """Regions best first, each with its score, whether it is kept, and why."""
+def rank_regions(regions: list[RegionStats], keep: int,
+                 won_before: frozenset[str] = frozenset()) -> list[tuple[RegionStats, float, bool, str]]:
+    """Regions best first, each with its score, whether it is kept, and why. A region that
+    won on similar workloads (`won_before`) is kept too if it measured anything."""
     known = [r.best_log_latency for r in regions if r.best_log_latency is not None]
     overall_best = min(known) if known else 0.0
     scored = sorted(((r, region_score(r, overall_best)) for r in regions), key=lambda p: -p[1])
@@ -58,6 +60,8 @@ def rank_regions(regions: list[RegionStats], keep: int) -> list[tuple[RegionStat
             kept, why = False, f"no successful measurement in {region.trials} trials"
         elif rank < keep:
             kept, why = True, f"rank {rank + 1} of {len(regions)}"
+        elif region.name in won_before:
+            kept, why = True, f"rank {rank + 1} of {len(regions)}, kept: it won on similar workloads"
         else:
             kept, why = False, f"rank {rank + 1} of {len(regions)}, keeping {keep}"
         ranked.append((region, score, kept, why))
@@ -103,10 +107,13 @@ class MeasurementCost:
     local builder and runner), per_candidate the build + load + search work of one candidate,
     per_run_second the repeats the runner makes of each kernel."""
 
-    def __init__(self, prior_seconds_per_candidate: float = 2.0) -> None:
-        self.per_batch = 0.0
+    def __init__(self, prior_seconds_per_candidate: float = 2.0, *, per_batch: float = 0.0,
+                 per_run_second: float = 0.0) -> None:
+        # the priors (a guess, or what a similar workload cost) hold until this task's own
+        # batches are enough to fit
+        self.per_batch = per_batch
         self.per_candidate = prior_seconds_per_candidate
-        self.per_run_second = 0.0
+        self.per_run_second = per_run_second
         self._batches: list[tuple[int, float, float]] = []
 
     def observe_batch(self, n_candidates: int, sum_latency_seconds: float, seconds: float) -> None:

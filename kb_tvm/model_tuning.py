@@ -155,6 +155,7 @@ def tune_model(
     resume: bool = False,
     builder=None,
     runner=None,
+    experience=None,
     on_event: Callable[[dict], None] | None = None,
 ) -> dict:
     """Tune every task of `model` (an onnx.ModelProto from `load_onnx`) within `budget`,
@@ -163,7 +164,8 @@ def tune_model(
     scheduler and EvolutionarySearch, stopped at the same wall budget), for side-by-side runs.
     resume: continue an interrupted run in `work_dir` (kb only): its records stay, its seconds
     count against the budget, and tasks it finished get no more. builder/runner: MetaSchedule's
-    (e.g. an RPCRunner); default local."""
+    (e.g. an RPCRunner); default local. experience: a kb_tvm.Experience to warm-start the
+    tasks from and add their outcomes to (kb only); None: cold."""
     from tvm.s_tir import meta_schedule as ms
 
     from .adapter import KBSearch, KBTaskScheduler, ProgressRecorder, TimeCappedSearch
@@ -204,8 +206,9 @@ def tune_model(
 
     if strategy == "kb":
         scheduler = KBTaskScheduler(budget=tuning_budget, on_event=emit, default_latency=default_latency,
-                                    earlier=[TaskStats(**t) for t in earlier["tasks"]] if earlier else None)
-        search, cost_model = KBSearch(budget=tuning_budget, seed=seed), "random"
+                                    earlier=[TaskStats(**t) for t in earlier["tasks"]] if earlier else None,
+                                    experience=experience)
+        search, cost_model = KBSearch(budget=tuning_budget, seed=seed, experience=experience), "random"
     else:
         scheduler, search, cost_model = "gradient", TimeCappedSearch(budget=tuning_budget), "xgb"
     is_cuda = target.kind.name == "cuda"

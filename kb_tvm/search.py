@@ -22,8 +22,13 @@ from . import decisions
 from .budget import TuningBudget
 from .decision_log import DecisionLog
 from .schedule_props import schedule_properties
-from .surrogate import EnsembleCostModel
+from .surrogate import EnsembleCostModel, PriorModel
 from .templates import Template
+from .warm_start import Borrowed, replay_adapted, sketch_kinds
+
+# what a candidate's feature vector holds (MetaSchedule's per-store features summed and
+# maxed over stores, then the schedule properties); the experience library keys rows by it
+FEATURE_VERSION = "kb1:per-store-sum-max+props"
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,8 @@ class TaskSearch:
     """State and loop of KBSearch for one task (one TuneContext)."""
 
     def __init__(self, *, context, design_spaces, templates: list[Template], budget: TuningBudget,
-                 options: SearchOptions, max_trials: int, trials_per_batch: int, log: DecisionLog) -> None:
+                 options: SearchOptions, max_trials: int, trials_per_batch: int, log: DecisionLog,
+                 borrowed: list[Borrowed] | None = None, prior: PriorModel | None = None) -> None:
         from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
 
         self.ctx = context
@@ -81,8 +87,13 @@ class TaskSearch:
         self.trials_per_batch = trials_per_batch
         self.log = log
         self.rng = np.random.default_rng(options.seed)
-        self.model = EnsembleCostModel(seed=int(self.rng.integers(1 << 30)))
-        self.cost = decisions.MeasurementCost()
+        self.borrowed = list(borrowed or [])
+        self.model = EnsembleCostModel(seed=int(self.rng.integers(1 << 30)), prior=prior)
+        costs = self.borrowed[0].costs if self.borrowed else None  # the nearest workload's
+        self.cost = decisions.MeasurementCost() if costs is None else decisions.MeasurementCost(
+            costs["per_candidate_s"], per_batch=costs["per_batch_s"], per_run_second=costs["per_run_second"])
+        self.won_before = frozenset(name for b in self.borrowed for name in b.regions_won[:1])
+        self.pinned: list[Candidate] = []  # borrowed schedules: measured in the first batch
         self.failures = decisions.FailureModel()
         self.features = PerStoreFeature()
         self.postprocs = list(context.space_generator.postprocs)
@@ -111,6 +122,8 @@ class TaskSearch:
         self.batch_predictions: list[float | None] = []
         self.batch_origins: list[str] = []
         self.spent_at_start = budget.spent  # a task may start late in a shared budget
+        self.own_seconds = 0.0  # seconds of this task's own batches
+        self.trajectory: list[list[float]] = []  # [own seconds, best latency s] per batch
 
     # ------------------------------------------------------------ the loop
     def next_batch(self) -> list[Candidate] | None:
@@ -171,7 +184,10 @@ class TaskSearch:
         self.cost.observe_batch(len(results), float(sum(ok)), seconds)
         self._train_model()
         self.batches += 1
+        self.own_seconds += seconds
         best = self.best
+        if best is not None:
+            self.trajectory.append([self.own_seconds, best.latency])
         self.log.write(
             "batch", phase=self.phase, batch=self.batches, trials=self.trials, seconds=seconds,
             candidates=rows, failed=sum(r[0] is None for r in results),
@@ -200,14 +216,39 @@ class TaskSearch:
                 made = self._sample_space(space_index, asked)
                 self.pool += made
                 found += len(made)
-        self._extract_features(self.pool)
-        for cand in self.pool:
+        self._borrow()
+        self._extract_features(self.pool + self.pinned)
+        for cand in self.pool + self.pinned:
             for name in cand.regions:
                 self.regions.setdefault(name, decisions.RegionStats(name)).sampled += 1
         self.log.write(
             "coarse-sampled", design_spaces=len(self.spaces), templates=[t.name for t in self.templates],
             valid=len(self.pool), dropped=dict(self.dropped), seconds=time.monotonic() - started,
             regions={name: {"sampled": s.sampled} for name, s in self.regions.items()})
+
+    def _borrow(self) -> None:
+        """Replay the best schedules of similar workloads here, tiles fitted to this one's
+        loops; those that apply are measured in the first batch."""
+        if not self.borrowed:
+            return
+        kinds = [sketch_kinds(space.trace) for space in self.spaces]
+        for lender in self.borrowed:
+            jobs = []
+            for trace in lender.traces:
+                space = next((i for i, k in enumerate(kinds) if k == sketch_kinds(trace)), None)
+                if space is not None:
+                    jobs.append((trace, space, f"borrowed:{lender.entry_id}"))
+            made = self._realize(jobs, adapt=True)
+            self.pinned += made
+            lender.used["schedules"] = {"offered": len(lender.traces), "same_sketch": len(jobs), "applied": len(made)}
+        self.log.write("borrowed", entries=[
+            {"entry": b.entry_id, "workload": b.workload_name, "distance": round(b.distance, 3),
+             "best_ms": b.best_latency_s * 1e3, **b.used} for b in self.borrowed],
+            prior_model=self.model.prior.source if self.model.prior is not None else None,
+            regions_won_before=sorted(self.won_before),
+            measurement_cost_from=self.borrowed[0].entry_id,
+            cost_prior={"per_batch_s": self.cost.per_batch, "per_candidate_s": self.cost.per_candidate,
+                        "per_run_second": self.cost.per_run_second})
 
     def _coarse_done(self) -> bool:
         if not self.pool:
@@ -226,9 +267,12 @@ class TaskSearch:
         """Round-robin over the regions that still need measurements, best predicted first."""
         unmeasured = [c for c in self.pool if not c.measured and not c.failures]
         # one prediction over the pool, not one per region and round
-        ranked = [unmeasured[i] for i in np.argsort(self._rank_keys(unmeasured))]
-        chosen: list[Candidate] = []
-        chosen_ids: set[int] = set()
+        ranked = [unmeasured[i] for i in np.argsort(self._rank_keys(unmeasured))] if unmeasured else []
+        # borrowed schedules first, in a full batch: on a GPU a batch costs ~45 s before its
+        # first candidate (measured), so a small warm-start batch would waste most of it
+        chosen: list[Candidate] = self.pinned[:n]
+        self.pinned = self.pinned[len(chosen):]
+        chosen_ids: set[int] = {id(c) for c in chosen}
         planned = {name: s.trials for name, s in self.regions.items()}
         while len(chosen) < n:
             needy = sorted((t, name) for name, t in planned.items() if t < self.opt.coarse_trials_per_region)
@@ -253,8 +297,8 @@ class TaskSearch:
         return chosen
 
     def _rank_keys(self, cands: list[Candidate]) -> np.ndarray:
-        """Lower is better: predicted log-latency when the model is trained, else random."""
-        if not self.model.trained:
+        """Lower is better: predicted log-latency when the model knows something, else random."""
+        if not self.model.informed:
             return self.rng.random(len(cands))
         mu, _ = self.model.predict(np.stack([c.features for c in cands]))
         return mu
@@ -262,9 +306,10 @@ class TaskSearch:
     def _keep_best_regions(self) -> None:
         for name, stats in self.regions.items():
             rest = self._unmeasured(name)
-            if rest and self.model.trained:
+            if rest and self.model.informed:
                 stats.predicted_best_log_latency = float(np.min(self._rank_keys(rest)))
-        ranked = decisions.rank_regions(list(self.regions.values()), keep=self.opt.keep_regions)
+        ranked = decisions.rank_regions(list(self.regions.values()), keep=self.opt.keep_regions,
+                                        won_before=self.won_before)
         self.kept_regions = [r.name for r, _, kept, _ in ranked if kept]
         if not self.kept_regions and self.best is not None:
             self.kept_regions = list(self.best.regions)
@@ -369,11 +414,12 @@ class TaskSearch:
                        f"{self.opt.min_total_gain:.1%} for {self.low_gain_rounds} rounds")
 
     # ------------------------------------------------------------ candidates
-    def _realize(self, jobs: list[tuple[object, int, str]]) -> list[Candidate]:
-        """Replay (trace, space, origin) jobs into postprocessed, verified, new candidates.
-        The TVM work runs on `workers` threads (TVM releases the GIL)."""
+    def _realize(self, jobs: list[tuple[object, int, str]], adapt: bool = False) -> list[Candidate]:
+        """Replay (trace, space, origin) jobs into postprocessed, verified, new candidates
+        (adapt: fit borrowed tile decisions to this workload). The TVM work runs on `workers`
+        threads (TVM releases the GIL)."""
         seeds = [int(v) for v in self.rng.integers(1, 1 << 30, size=len(jobs))]
-        work = [(trace, seed) for (trace, _, _), seed in zip(jobs, seeds)]
+        work = [(trace, seed, adapt) for (trace, _, _), seed in zip(jobs, seeds)]
         replayed = self.executor.map(self._replay, work)
         return self._admit([(sch, reason, space, origin) for (sch, reason), (_, space, origin) in zip(replayed, jobs)])
 
@@ -421,12 +467,17 @@ class TaskSearch:
     def _replay(self, job) -> tuple[object | None, str | None]:
         from tvm.s_tir.schedule import Schedule
 
-        trace, seed = job
+        trace, seed, adapt = job
         if not hasattr(self._local, "postprocs"):  # postprocs may keep state: one copy per thread
             self._local.postprocs = [p.clone() for p in self.postprocs]
-        sch = Schedule(self.ctx.mod, seed=seed, debug_mask="none", error_render_level="none")
         try:
-            trace.apply_to_schedule(sch, remove_postproc=True)
+            if adapt:  # a borrowed schedule, its tiles fitted to this workload
+                sch = replay_adapted(trace, self.ctx.mod, seed)
+                if sch is None:
+                    return None, "postproc"
+            else:
+                sch = Schedule(self.ctx.mod, seed=seed, debug_mask="none", error_render_level="none")
+                trace.apply_to_schedule(sch, remove_postproc=True)
             sch.enter_postproc()  # marks what follows as postprocessing, which replays strip
             valid = all(p.apply(sch) for p in self._local.postprocs)
         except Exception:  # noqa: BLE001 - an invalid sample is just dropped
@@ -467,7 +518,7 @@ class TaskSearch:
 
     def _plan(self, batch: list[Candidate], predictions: list[float | None] | None = None) -> None:
         if predictions is None:
-            if batch and self.model.trained:
+            if batch and self.model.informed:
                 predictions = [float(v) for v in self.model.predict(np.stack([c.features for c in batch]))[0]]
             else:
                 predictions = [None] * len(batch)
@@ -477,6 +528,21 @@ class TaskSearch:
         rows = [(c.features, math.log(lat)) for c in self.measured for lat in c.latencies[:1]]
         if rows:
             self.model.fit(np.stack([r[0] for r in rows]), np.array([r[1] for r in rows]))
+
+    def experience(self, keep: int = 5) -> dict | None:
+        """What this task's run teaches later ones: None if nothing was measured."""
+        ranked = sorted(self.measured, key=lambda c: c.latency)
+        if not ranked:
+            return None
+        rows = [(c.features, math.log(lat)) for c in self.measured for lat in c.latencies[:1]
+                if c.features is not None]
+        regions = list(ranked[0].regions) + [r for r in self.kept_regions if r not in ranked[0].regions]
+        return {"best": [(c.sch.trace, c.latency) for c in ranked[:keep]], "trajectory": self.trajectory,
+                "regions_won": regions, "seconds": self.own_seconds, "trials": self.trials,
+                "costs": {"per_batch_s": self.cost.per_batch, "per_candidate_s": self.cost.per_candidate,
+                          "per_run_second": self.cost.per_run_second},
+                "samples": (FEATURE_VERSION, np.stack([r[0] for r in rows]), np.array([r[1] for r in rows]))
+                if rows else None}
 
     def stop(self, reason: str) -> None:
         if self.stop_reason is None:

@@ -133,11 +133,13 @@ def tune_operator(
     on_progress: Callable[[dict], None] | None = None,
     on_event: Callable[[dict], None] | None = None,
     quiet: bool = False,
+    experience=None,
 ) -> TuneResult:
     """Tune `workload` for `budget` wall seconds with kb (KBSearch) or stock MetaSchedule
     (EvolutionarySearch stopped at the budget). Builder and runner default to local ones.
     on_progress gets the anytime curve's points, on_event KBSearch's decision-log events.
-    quiet: keep MetaSchedule's per-batch tables out of the console (they still go to work_dir/logs)."""
+    quiet: keep MetaSchedule's per-batch tables out of the console (they still go to work_dir/logs).
+    experience: a kb_tvm.Experience to warm-start from and add to (kb only); None: cold."""
     from tvm.s_tir import meta_schedule as ms
 
     from .adapter import KBSearch, ProgressRecorder, TimeCappedSearch
@@ -162,7 +164,7 @@ def tune_operator(
             on_event(record)
 
     if strategy == "kb":
-        search = KBSearch(budget=tuning_budget, seed=seed, on_event=event)
+        search = KBSearch(budget=tuning_budget, seed=seed, on_event=event, experience=experience)
         cost_model = "random"  # KBSearch trains its own model; skip training the stock one
     else:
         search = TimeCappedSearch(budget=tuning_budget)
@@ -184,7 +186,7 @@ def tune_operator(
     tuning_budget.start()  # the rest of the job counts, MetaSchedule's own set-up included
     started = time.monotonic()
     database = ms.tune_tir(
-        workload.module(), target, str(work_dir), max_trials_global=max_trials,
+        _named_module(workload), target, str(work_dir), max_trials_global=max_trials,
         num_trials_per_iter=trials_per_batch, builder=builder, runner=runner, cost_model=cost_model,
         measure_callbacks=ms.MeasureCallback.create("default") + [recorder],
         space=_space_for(workload, target), strategy=search, seed=seed,
@@ -201,6 +203,15 @@ def tune_operator(
         curve=recorder.curve, stop_reason=stop_reasons[0] if stop_reasons else "budget spent")
     (work_dir / "result.json").write_text(json.dumps(result.to_json(), indent=1))
     return result
+
+
+def _named_module(workload):
+    """The workload's module with its function named after the workload: MetaSchedule names
+    the task (logs, decision log, experience entry) after it."""
+    import tvm
+
+    func = next(iter(workload.module().functions.values()))
+    return tvm.IRModule({workload.name.replace("-", "_"): func})
 
 
 def time_best(workload, target, database, repeat: int = 10) -> float | None:

@@ -58,7 +58,7 @@ def test_similar_tasks_inform_each_others_predicted_improvement():
     fast, slow = TaskStats("matmul", 1, 1e9), TaskStats("matmul", 1, 1e9)
     fast.improvements, slow.improvements = [0.5], [0.01]
     fresh = TaskStats("matmul", 1, 1e9)
-    assert predicted_improvement(fresh, [fast]) > predicted_improvement(fresh, [slow])
+    assert predicted_improvement(fresh, [fast.improvements]) > predicted_improvement(fresh, [slow.improvements])
     assert predicted_improvement(fresh, []) == pytest.approx(0.3)
 
 
@@ -89,3 +89,15 @@ def test_a_first_batch_slower_than_the_default_keeps_the_default_as_latency():
     assert task.latency_before == pytest.approx(1e-3) and task.latency == pytest.approx(1e-3)
     task.record_batch(10.0, 16, 0.5e-3)
     assert task.latency == pytest.approx(0.5e-3) and task.improvements == [pytest.approx(0.5)]
+
+
+def test_curves_borrowed_from_similar_workloads_tuned_before_steer_the_allocation():
+    # two equal tasks, no history in this model; one resembles workloads that kept improving
+    promising = TaskStats("fused_matmul_add", weight=1, flop=1e9, latency_default=1e-3)
+    flat = TaskStats("conv2d", weight=1, flop=1e9, latency_default=1e-3)
+    promising.borrowed_improvements = [[0.4, 0.3, 0.2]]
+    flat.borrowed_improvements = [[0.01, 0.0, 0.0]]
+    for task in (promising, flat):
+        task.record_batch(10.0, 16, 1e-3)
+    choice = choose_next([flat, promising], default_batch_seconds=10)
+    assert choice.task == 1 and choice.gain_per_second[1] > 10 * choice.gain_per_second[0]

@@ -115,6 +115,9 @@ def _all() -> dict[str, Workload]:
                               _gemm(size, size, size, dtype)))
     items.append(Workload("gemm-768x512x640", "GEMM M=768 N=640 K=512, float32", 2.0 * 768 * 640 * 512,
                           _gemm(768, 640, 512, "float32")))
+    # the shape that warm-starts from gemm-2048 on the H200 (names read M x K x N)
+    items.append(Workload("gemm-3072x1024x2048", "GEMM M=3072 N=2048 K=1024, float32", 2.0 * 3072 * 2048 * 1024,
+                          _gemm(3072, 2048, 1024, "float32")))
     for size in (1024, 4096):
         items.append(Workload(f"gemm-{size}-fp16", f"GEMM {size}^3, float16 in, float32 accumulate "
                               "(tensor-core space on CUDA)", 2.0 * size**3,
