@@ -55,6 +55,11 @@ def _show_event(record: dict) -> None:
         dropped = ", ".join(f"{n} {why}" for why, n in record["dropped"].items() if n)
         click.echo(f"coarse: {record['valid']} valid candidates in {len(record['regions'])} regions "
                    f"({record['seconds']:.1f}s; dropped: {dropped or 'none'}); measuring a few per region")
+    elif event == "borrowed":
+        lenders = ", ".join(f"{e['workload']} ({e.get('schedules', {}).get('applied', 0)} schedules)"
+                            for e in record["entries"])
+        click.echo(f"warm start from the experience library: {lenders}; prior cost model "
+                   f"{record['prior_model'] or 'none'}")
     elif event == "regions":
         kept = [r["region"] for r in record["regions"] if r["kept"]]
         click.echo(f"fine: kept regions {', '.join(kept)} of {len(record['regions'])}")

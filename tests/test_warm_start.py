@@ -150,3 +150,17 @@ def test_the_shipped_cost_models_load_for_their_target_and_predict(target):
     other = offline_model(tvm.target.Target({"kind": "cuda", "arch": "sm_80", "host": {"kind": "llvm"}}),
                           FEATURE_VERSION, [SHIPPED_MODELS])
     assert other is None  # no model for an arch it was not trained on
+
+
+@pytest.mark.tuning
+def test_tune_op_says_what_it_borrowed(library, tmp_path):
+    from click.testing import CliRunner
+
+    from kb_tvm.cli import main
+
+    result = CliRunner().invoke(main, ["tune-op", "gemm-128", "--budget", "8s", "--target", "llvm", "--work-dir",
+                                       str(tmp_path / "w"), "--experience", str(library.path)])
+    assert result.exit_code == 0, result.output
+    assert "warm start from the experience library: gemm_128 (" in result.output
+    listed = CliRunner().invoke(main, ["experience", "--experience", str(library.path), "list"])
+    assert listed.exit_code == 0 and listed.output.count("gemm_128") >= 2  # this run was added too
