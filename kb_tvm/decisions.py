@@ -112,7 +112,7 @@ class MeasurementCost:
         # the priors (a guess, or what a similar workload cost) hold until this task's own
         # batches are enough to fit
         self.per_batch = per_batch
-        self.per_candidate = prior_seconds_per_candidate
+        self.per_candidate = self.prior_per_candidate = prior_seconds_per_candidate
         self.per_run_second = per_run_second
         self._batches: list[tuple[int, float, float]] = []
 
@@ -133,8 +133,12 @@ class MeasurementCost:
                 self.per_batch, self.per_candidate = float(coef[0]), float(coef[1])
                 self.per_run_second = float(coef[2]) if len(coef) > 2 else 0.0
                 return
-        self.per_batch, self.per_run_second = 0.0, 0.0
-        self.per_candidate = float(sec.sum() / n.sum())
+        # too few (or same-size) batches to split fixed from per-candidate cost: above the
+        # prior per-candidate cost, the rest is taken as fixed, so one small batch with a large
+        # fixed cost (~45 s on a GPU) cannot make the next full batch look unaffordable
+        self.per_candidate = float(min(sec.sum() / n.sum(), self.prior_per_candidate))
+        self.per_batch = float(max(0.0, np.mean(sec - self.per_candidate * n)))
+        self.per_run_second = 0.0
 
     def predict(self, latency_seconds: np.ndarray | float, batch_size: int = 1) -> np.ndarray:
         """Seconds one candidate costs, its share of the per-batch cost included."""

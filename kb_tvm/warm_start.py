@@ -8,6 +8,8 @@
 - `Borrowed`: what one similar workload lends a search: best traces, winning regions,
   measurement costs, cost-model rows.
 - `lend` / `save`: read what similar workloads lend a task, write what a task learned.
+- `train_model` / `offline_model`: the prior cost model fitted on a whole library
+  (`kb-tvm train-model`), and finding one for a target (the library's, else kb_tvm's own).
 """
 
 from __future__ import annotations

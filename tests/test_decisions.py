@@ -94,3 +94,18 @@ def test_failure_model_learns_which_decisions_fail():
 def test_stop_rule_needs_the_rest_of_the_budget_to_pay():
     assert decisions.worth_continuing(1e-3, 100.0, 0.005)
     assert not decisions.worth_continuing(1e-5, 100.0, 0.005)
+
+
+def test_one_small_batch_with_a_large_fixed_cost_does_not_inflate_the_per_candidate_cost():
+    from kb_tvm.decisions import MeasurementCost, batch_size
+
+    # the H200 case: 4 candidates took 55 s, almost all of it the batch's fixed cost
+    cost = MeasurementCost(2.2)
+    cost.observe_batch(4, 0.002, 55.0)
+    assert cost.per_candidate == pytest.approx(2.2) and cost.per_batch == pytest.approx(55.0 - 8.8)
+    assert cost.batch_seconds(32) < 120.0  # was 440 s: the task stopped with 62 s left
+    # a full batch cheaper per candidate than the prior is taken as it is
+    cheap = MeasurementCost(2.0)
+    cheap.observe_batch(16, 0.01, 18.0)
+    assert cheap.per_candidate == pytest.approx(18.0 / 16) and cheap.per_batch == pytest.approx(0.0)
+    assert batch_size(62.0, cost, preferred=32, minimum=4) >= 4
