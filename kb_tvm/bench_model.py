@@ -32,6 +32,30 @@ def gpu_count() -> int:
     return sum(1 for line in listed.splitlines() if line.startswith("GPU "))
 
 
+def run_side_by_side(commands: dict[str, list[str]], out: Path, *, on_gpus: bool) -> tuple[dict[str, int], bool]:
+    """Runs two commands, logging to out/LABEL.log: at the same time on one GPU and half the
+    CPUs each when `on_gpus` and two GPUs are visible, else one after the other. Returns
+    (label -> exit code, whether they ran at the same time)."""
+    parallel = on_gpus and gpu_count() >= 2
+    cpus = sorted(os.sched_getaffinity(0))
+    halves = [cpus[: len(cpus) // 2], cpus[len(cpus) // 2:]]
+    procs = {}
+    for index, (label, command) in enumerate(commands.items()):
+        env = dict(os.environ)
+        if parallel:  # the same hardware for both, at the same time
+            env["CUDA_VISIBLE_DEVICES"] = str(index)
+            command = ["taskset", "-c", ",".join(map(str, halves[index]))] + command
+        log = open(out / f"{label}.log", "w")  # noqa: SIM115 - closed when the run ends
+        click.echo(f"start {label}: {' '.join(command)}")
+        procs[label] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), log)
+        if not parallel:
+            procs[label][0].wait()
+    for proc, log in procs.values():
+        proc.wait()
+        log.close()
+    return {label: proc.returncode for label, (proc, _) in procs.items()}, parallel
+
+
 def _command(model, strategy, budget, target, work_dir, seed, trials_per_batch) -> list[str]:
     command = [sys.executable, "-m", "kb_tvm.cli", "tune", str(model), "--budget", budget, "--strategy", strategy,
                "--work-dir", str(work_dir), "--seed", str(seed)]
@@ -55,29 +79,17 @@ def main(model, budget, target, out, seed, trials_per_batch, work_root) -> None:
     """Tune MODEL with kb and with stock MetaSchedule at the same budget; compare."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    parallel = gpu_count() >= 2 and target != "llvm"
-    cpus = sorted(os.sched_getaffinity(0))
-    halves = [cpus[: len(cpus) // 2], cpus[len(cpus) // 2:]]
     started = time.time()
-    procs = {}
-    for index, strategy in enumerate(STRATEGIES):
+    commands = {}
+    for strategy in STRATEGIES:
         work_dir = Path(work_root or out) / f"work-{strategy}"
         shutil.rmtree(work_dir, ignore_errors=True)
-        env = dict(os.environ)
-        command = _command(model, strategy, budget, target, work_dir, seed, trials_per_batch)
-        if parallel:  # one GPU and half the CPUs each, at the same time
-            env["CUDA_VISIBLE_DEVICES"] = str(index)
-            command = ["taskset", "-c", ",".join(map(str, halves[index]))] + command
-        log = open(out / f"{strategy}.log", "w")  # noqa: SIM115 - closed when the run ends
-        click.echo(f"start {strategy}: {' '.join(command)}")
-        procs[strategy] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), log)
-        if not parallel:
-            procs[strategy][0].wait()
+        commands[strategy] = _command(model, strategy, budget, target, work_dir, seed, trials_per_batch)
+    exit_codes, parallel = run_side_by_side(commands, out, on_gpus=target != "llvm")
+    cpus = len(os.sched_getaffinity(0))
     summary = {"model": str(model), "budget": budget, "target": target, "side_by_side": parallel,
-               "cpus_each": len(halves[0]) if parallel else len(cpus), "runs": {}}
-    for strategy, (proc, log) in procs.items():
-        proc.wait()
-        log.close()
+               "cpus_each": cpus // 2 if parallel else cpus, "runs": {}}
+    for strategy, exit_code in exit_codes.items():
         work_dir = Path(work_root or out) / f"work-{strategy}"
         report_path = work_dir / "report.json"
         if report_path.exists():
@@ -86,7 +98,7 @@ def main(model, budget, target, out, seed, trials_per_batch, work_root) -> None:
                 shutil.copy(work_dir / name, out / f"{strategy}-{name}")
             summary["runs"][strategy] = {k: report[k] for k in (
                 "latency_untuned_ms", "latency_tuned_ms", "speedup", "seconds_spent", "trials", "numerics")}
-        summary["runs"].setdefault(strategy, {})["exit_code"] = proc.returncode
+        summary["runs"].setdefault(strategy, {})["exit_code"] = exit_code
     kb, stock = summary["runs"]["kb"], summary["runs"]["evolutionary"]
     if "latency_tuned_ms" in kb and "latency_tuned_ms" in stock:
         summary["kb_over_stock"] = kb["latency_tuned_ms"] / stock["latency_tuned_ms"]

@@ -13,7 +13,6 @@ holds both curves, both re-timed bests, and when warm reached cold's final laten
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from pathlib import Path
 import click
 
 from .bench import time_to_reach
-from .bench_model import gpu_count
+from .bench_model import run_side_by_side
 
 
 def _tune_op(name, budget, target, work_dir, json_out, experience_args, seed) -> list[str]:
@@ -61,24 +60,10 @@ def main(prime, library, workload, budget, prime_budget, target, out, seed) -> N
         (out / "prime.log").write_text(prime_run.stdout + prime_run.stderr)
         if prime_run.returncode:
             raise click.ClickException(f"priming {prime} failed; see {out / 'prime.log'}")
-    parallel = gpu_count() >= 2 and target != "llvm"
-    cpus = sorted(os.sched_getaffinity(0))
-    halves = [cpus[: len(cpus) // 2], cpus[len(cpus) // 2:]]
     runs = {"cold": ["--no-experience"], "warm": ["--experience", str(library)]}
-    procs = {}
-    for index, (label, experience_args) in enumerate(runs.items()):
-        command = _tune_op(workload, budget, target, work / label, out / f"{label}.json", experience_args, seed)
-        env = dict(os.environ)
-        if parallel:
-            env["CUDA_VISIBLE_DEVICES"] = str(index)
-            command = ["taskset", "-c", ",".join(map(str, halves[index]))] + command
-        log = open(out / f"{label}.log", "w")  # noqa: SIM115 - closed when the run ends
-        procs[label] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), log)
-        if not parallel:
-            procs[label][0].wait()
-    for proc, log in procs.values():
-        proc.wait()
-        log.close()
+    _, parallel = run_side_by_side(
+        {label: _tune_op(workload, budget, target, work / label, out / f"{label}.json", args, seed)
+         for label, args in runs.items()}, out, on_gpus=target != "llvm")
     results = {label: json.loads((out / f"{label}.json").read_text()) for label in runs
                if (out / f"{label}.json").exists()}
     summary = {"prime": prime, "library": None if prime else "given", "workload": workload, "budget": budget, "target": target, "side_by_side": parallel,

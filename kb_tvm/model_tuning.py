@@ -194,8 +194,7 @@ def tune_model(
     batches: list[dict] = list(earlier.get("batches", [])) if earlier else []
 
     def save_state() -> None:
-        write_state(work_dir, name=name, budget=tuning_budget, tasks=scheduler.stats if strategy == "kb" else [],
-                    batches=batches)
+        write_state(work_dir, name=name, budget=tuning_budget, tasks=scheduler.stats, batches=batches)
 
     def emit(record: dict) -> None:  # every scheduler decision also saves the job's state
         save_state()
@@ -223,7 +222,7 @@ def tune_model(
     seconds = tuning_budget.spent
     if strategy == "kb":
         save_state()
-    chosen, kept_default = better_than_default(database, tasks, target, default_latency)
+    chosen, used_latency = better_than_default(database, tasks, target, default_latency)
     executable = build(mod, target, chosen)
     executable.export_library(str(work_dir / "model.so"))
     tuned_outputs, tuned_latency = run_and_time(executable, target, inputs)
@@ -247,8 +246,8 @@ def tune_model(
         "library": str(work_dir / "model.so"), "records": str(work_dir / "database_tuning_record.json"),
         "plot": str(work_dir / "latency.png"),
         "curve": [{"seconds": round(s, 2), "estimated_ms": round(ms_ * 1e3, 5)} for s, ms_ in curve],
-        "tasks": [_task_row(n, weights[n], default_latency[n], total, by_name.get(n), database, tasks, target,
-                            kept_default) for n in sorted(weights, key=lambda n: -weights[n] * default_latency[n])],
+        "tasks": [_task_row(n, weights[n], default_latency[n], used_latency[n], total, by_name.get(n))
+                  for n in sorted(weights, key=lambda n: -weights[n] * default_latency[n])],
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
     (work_dir / "report.json").write_text(json.dumps(report, indent=1))
@@ -256,31 +255,25 @@ def tune_model(
     return report
 
 
-def _best_record(database, task, target):
-    func_mod = task.dispatched[0]
-    return database.query_tuning_record(func_mod, target, str(task.task_name))
-
-
 def better_than_default(database, tasks, target, default_latency: dict[str, float]):
     """A database holding each task's best record where it beats the task's default schedule;
     where it does not (a short budget on a GPU, where TVM's defaults are good), the build keeps
-    the default. Returns (database, names of the tasks that kept the default)."""
+    the default. Returns (database, task name -> seconds of the schedule the build uses)."""
     from tvm.s_tir import meta_schedule as ms
 
     chosen = ms.database.MemoryDatabase()
-    kept_default = []
+    used = dict(default_latency)
     for task in tasks:
-        record = _best_record(database, task, target)
-        if record is None:
+        name = str(task.task_name)
+        record = database.query_tuning_record(task.dispatched[0], target, name)
+        latency = None if record is None else _record_seconds(record)
+        if latency is None or latency >= default_latency[name]:
             continue
-        latency = _record_seconds(record)
-        if latency is None or latency >= default_latency[str(task.task_name)]:
-            kept_default.append(str(task.task_name))
-            continue
+        used[name] = latency
         workload = chosen.commit_workload(task.dispatched[0])
         chosen.commit_tuning_record(ms.database.TuningRecord(
             record.trace, workload, record.run_secs, record.target, record.args_info))
-    return chosen, kept_default
+    return chosen, used
 
 
 def _record_seconds(record) -> float | None:
@@ -289,11 +282,7 @@ def _record_seconds(record) -> float | None:
     return sum(ok) / len(ok) if ok else None
 
 
-def _task_row(name, weight, default, total, stats, database, tasks, target, kept_default) -> dict:
-    task = next(t for t in tasks if str(t.task_name) == name)
-    record = _best_record(database, task, target)
-    best = _record_seconds(record) if record is not None else None
-    after = default if best is None or name in kept_default else best
+def _task_row(name, weight, default, after, total, stats) -> dict:
     return {"task": name, "weight": weight, "share_of_model_time": weight * default / total,
             "seconds": stats.seconds if stats else None, "trials": stats.trials if stats else None,
             "latency_before_ms": default * 1e3, "latency_after_ms": after * 1e3,

@@ -40,7 +40,6 @@ class Borrowed:
     regions_won: list[str]
     costs: dict
     best_latency_s: float
-    trajectory: list
     samples: tuple[np.ndarray, np.ndarray] | None = None  # (features, log latency)
     used: dict = field(default_factory=dict)  # what the search took, for the log
 
@@ -212,8 +211,7 @@ def lend(experience: Experience, mod, task_name: str, target, feature_version: s
         if samples is not None and samples[0] == feature_version:
             rows = (samples[1], samples[2])
         borrowed.append(Borrowed(entry.id, entry.workload["name"], distance, [r.trace for r in records],
-                                 list(entry.regions_won), dict(entry.costs), entry.best_latency_s,
-                                 list(entry.trajectory), rows))
+                                 list(entry.regions_won), dict(entry.costs), entry.best_latency_s, rows))
     with_rows = [b for b in borrowed if b.samples is not None]
     if with_rows:
         features = np.concatenate([b.samples[0] for b in with_rows])
