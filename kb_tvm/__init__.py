@@ -3,6 +3,7 @@
 from pathlib import Path as _Path
 
 from .budget import TuningBudget, parse_budget
+from .logger_guard import guard_metaschedule_logger
 
 # Run from a source checkout (not installed), the data packages schedules/ and workloads/
 # sit beside kb_tvm/; installed, they are kb_tvm/schedules and kb_tvm/workloads.
@@ -12,7 +13,7 @@ if (_checkout / "workloads" / "__init__.py").is_file() and (_checkout / "schedul
 
 __version__ = "0.1.0"
 __all__ = ["Experience", "KBSearch", "KBTaskScheduler", "ProgressRecorder", "TimeCappedSearch", "TuningBudget",
-           "parse_budget"]
+           "guard_metaschedule_logger", "parse_budget"]
 
 
 def __getattr__(name):

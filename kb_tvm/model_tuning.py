@@ -14,6 +14,7 @@ import numpy as np
 
 from .allocation import TaskStats
 from .budget import TuningBudget
+from .logger_guard import guard_metaschedule_logger
 
 
 class ModelError(ValueError):
@@ -211,13 +212,14 @@ def tune_model(
     else:
         scheduler, search, cost_model = "gradient", TimeCappedSearch(budget=tuning_budget), "xgb"
     is_cuda = target.kind.name == "cuda"
-    database = ms.relax_integration.tune_relax(
-        mod, params={}, target=target, work_dir=str(work_dir), max_trials_global=1_000_000,
-        num_trials_per_iter=trials_per_batch or (64 if is_cuda else 16), cost_model=cost_model,
-        builder=builder or default_builder(target), runner=runner or default_runner(),
-        measure_callbacks=ms.MeasureCallback.create("default") + [ProgressRecorder(on_progress=measured)],
-        strategy=search, task_scheduler=scheduler, seed=seed,
-    )
+    with guard_metaschedule_logger():
+        database = ms.relax_integration.tune_relax(
+            mod, params={}, target=target, work_dir=str(work_dir), max_trials_global=1_000_000,
+            num_trials_per_iter=trials_per_batch or (64 if is_cuda else 16), cost_model=cost_model,
+            builder=builder or default_builder(target), runner=runner or default_runner(),
+            measure_callbacks=ms.MeasureCallback.create("default") + [ProgressRecorder(on_progress=measured)],
+            strategy=search, task_scheduler=scheduler, seed=seed,
+        )
     stats = scheduler.stats if strategy == "kb" else []  # stock keeps no per-task seconds
     seconds = tuning_budget.spent
     if strategy == "kb":

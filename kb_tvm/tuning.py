@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .budget import TuningBudget
+from .logger_guard import guard_metaschedule_logger
 
 STRATEGIES = ("kb", "evolutionary")
 
@@ -185,13 +186,14 @@ def tune_operator(
     recorder = ProgressRecorder(on_progress=progress)
     tuning_budget.start()  # the rest of the job counts, MetaSchedule's own set-up included
     started = time.monotonic()
-    database = ms.tune_tir(
-        _named_module(workload), target, str(work_dir), max_trials_global=max_trials,
-        num_trials_per_iter=trials_per_batch, builder=builder, runner=runner, cost_model=cost_model,
-        measure_callbacks=ms.MeasureCallback.create("default") + [recorder],
-        space=_space_for(workload, target), strategy=search, seed=seed,
-        num_tuning_cores=cores,
-    )
+    with guard_metaschedule_logger():
+        database = ms.tune_tir(
+            _named_module(workload), target, str(work_dir), max_trials_global=max_trials,
+            num_trials_per_iter=trials_per_batch, builder=builder, runner=runner, cost_model=cost_model,
+            measure_callbacks=ms.MeasureCallback.create("default") + [recorder],
+            space=_space_for(workload, target), strategy=search, seed=seed,
+            num_tuning_cores=cores,
+        )
     seconds = time.monotonic() - started
     final_ms = time_best(workload, target, database)
     best = final_ms if final_ms is not None else (None if math.isinf(recorder.best_ms) else recorder.best_ms)

@@ -1,6 +1,3 @@
-import os
-import tempfile
-
 import pytest
 
 
@@ -11,5 +8,13 @@ def llvm_target():
     return make_target({"kind": "llvm", "num-cores": 2})
 
 
-# tune commands keep experience in the user cache by default: never the real one in tests
-os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="kb-tests-cache-")
+@pytest.fixture(scope="session", autouse=True)
+def isolated_home(tmp_path_factory):
+    """The suite never reads or writes the user's state: their experience library
+    (~/.cache/kb_tvm/experience) or anything else under their home. Subprocesses inherit this."""
+    home = tmp_path_factory.mktemp("home")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HOME", str(home))
+        patch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
+        patch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+        yield home

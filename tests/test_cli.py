@@ -46,7 +46,7 @@ def test_tune_op_end_to_end_shows_progress_and_a_result(tmp_path):
     work_dir = tmp_path / "work"
     out = tmp_path / "result.json"
     run = subprocess.run(
-        [sys.executable, "-m", "kb_tvm.cli", "tune-op", "gemm-128", "--budget", "25s", "--target", "llvm",
+        [sys.executable, "-m", "kb_tvm.cli", "tune-op", "gemm-128", "--budget", "35s", "--target", "llvm",
          "--work-dir", str(work_dir), "--json-out", str(out), "--seed", "3"],
         capture_output=True, text=True, timeout=300,
     )

@@ -122,6 +122,11 @@ def test_default_path_honours_xdg_cache_home(tmp_path, monkeypatch):
     assert default_path() == Path.home() / ".cache" / "kb_tvm" / "experience"
 
 
+def test_the_suite_runs_against_its_own_home_never_the_users(isolated_home):
+    assert Path.home() == isolated_home
+    assert default_path().is_relative_to(isolated_home) and Experience().path.is_relative_to(isolated_home)
+
+
 def test_get_and_remove_an_unknown_id_raise_one_line_key_errors(library, files):
     entry = _add(library, files)
     for bad in ("nope", "../lib", ""):

@@ -13,17 +13,18 @@ pytestmark = pytest.mark.tuning
 def _tune(workload_name, llvm_target, work_dir, budget, **kwargs):
     from tvm.s_tir import meta_schedule as ms
 
-    from kb_tvm import KBSearch, ProgressRecorder
+    from kb_tvm import KBSearch, ProgressRecorder, guard_metaschedule_logger
     from kb_tvm.workloads import get_workload
 
     recorder = ProgressRecorder()
     search = KBSearch(budget=budget, seed=1, **kwargs.pop("search", {}))
-    database = ms.tune_tir(
-        get_workload(workload_name).module(), llvm_target, str(work_dir),
-        max_trials_global=kwargs.pop("max_trials_global", 10_000), num_trials_per_iter=8,
-        cost_model="random", strategy=search,
-        measure_callbacks=ms.MeasureCallback.create("default") + [recorder], **kwargs,
-    )
+    with guard_metaschedule_logger():  # pytest's capture handlers sit on MetaSchedule's logger
+        database = ms.tune_tir(
+            get_workload(workload_name).module(), llvm_target, str(work_dir),
+            max_trials_global=kwargs.pop("max_trials_global", 10_000), num_trials_per_iter=8,
+            cost_model="random", strategy=search,
+            measure_callbacks=ms.MeasureCallback.create("default") + [recorder], **kwargs,
+        )
     return search, database, recorder
 
 
@@ -121,14 +122,15 @@ def test_kbsearch_works_in_tune_relax_with_one_shared_budget(tmp_path, llvm_targ
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
-    from kb_tvm import KBSearch, TuningBudget
+    from kb_tvm import KBSearch, TuningBudget, guard_metaschedule_logger
 
     mod = relax.transform.LegalizeOps()(_small_relax_model())
     budget = TuningBudget("30s")
-    ms.relax_integration.tune_relax(
-        mod, params={}, target=llvm_target, work_dir=str(tmp_path), max_trials_global=10_000,
-        num_trials_per_iter=8, cost_model="random", strategy=KBSearch(budget=budget, seed=2),
-    )
+    with guard_metaschedule_logger():
+        ms.relax_integration.tune_relax(
+            mod, params={}, target=llvm_target, work_dir=str(tmp_path), max_trials_global=10_000,
+            num_trials_per_iter=8, cost_model="random", strategy=KBSearch(budget=budget, seed=2),
+        )
     logs = sorted((tmp_path / "kb_logs").glob("*.jsonl"))
     assert len(logs) >= 2  # one decision log per task
     stops = [read_log(p)[-1] for p in logs]

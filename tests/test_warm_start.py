@@ -38,12 +38,21 @@ def _tune(name, target, work_dir, budget, experience, seed=1):
 
 
 @pytest.fixture(scope="module")
-def library(tmp_path_factory, llvm_target):
-    """A library holding one tuned gemm-128."""
+def tuned_library(tmp_path_factory, llvm_target):
+    """A library holding one tuned gemm-128: tuned once, never handed to a test itself."""
     experience = Experience(tmp_path_factory.mktemp("library"))
     _, log = _tune("gemm-128", llvm_target, tmp_path_factory.mktemp("first"), "25s", experience)
     assert any(e["event"] == "experience-saved" for e in log)
-    return experience
+    return experience.path
+
+
+@pytest.fixture
+def library(tuned_library, tmp_path):
+    """Each test's own copy of that library: tests add entries and models to it, and no test may
+    see what another added (the results would depend on their order)."""
+    copy = tmp_path / "library"
+    shutil.copytree(tuned_library, copy)
+    return Experience(copy)
 
 
 @pytest.mark.tuning
