@@ -6,18 +6,25 @@
 - `ProgressRecorder`: a MeasureCallback that records best latency against seconds.
 - `KBTaskScheduler`: splits one wall-clock budget across a model's tasks (logic in
   `allocation.py`).
+- `KBBuilder`, `KBRunner`: the persistent build-and-measure path (logic in `measure/`); they
+  serve stock MetaSchedule searches as well as KBSearch.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import fields
 
 from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+from tvm.s_tir.meta_schedule.runner import PyRunner
+from tvm.s_tir.meta_schedule.runner.local_runner import LocalRunnerFuture
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy, SearchStrategy
 from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler
 
@@ -26,6 +33,9 @@ from . import allocation, warm_start
 from .budget import TuningBudget
 from .decision_log import DecisionLog
 from .experience import Experience
+from .measure.pipeline import BuildPool, Measurer
+from .measure.timing import TimingPolicy
+from .measure.workers import cuda_compiler
 from .search import FEATURE_VERSION, SearchOptions, TaskSearch
 from .templates import load_templates
 
@@ -302,7 +312,8 @@ class KBTaskScheduler(PyTaskScheduler):
                 continue  # resumed: borrowed in the first run
             try:
                 summary = warm_start.workload_summary(record.ctx.mod, task.name)
-                near = self.experience.nearest(summary, target_kind=record.ctx.target.kind.name)
+                near = self.experience.nearest(summary, target_kind=record.ctx.target.kind.name,
+                                               mcpu=warm_start.target_mcpu(record.ctx.target))
             except Exception as err:  # noqa: BLE001 - a library problem must not stop tuning
                 self._emit("borrow-failed", task=task.name, error=f"{type(err).__name__}: {err}"[:300])
                 continue
@@ -323,3 +334,63 @@ class KBTaskScheduler(PyTaskScheduler):
     def _emit(self, event: str, **fields) -> None:
         if self.on_event is not None:
             self.on_event({"event": event, **fields})
+
+
+@derived_object
+class KBBuilder(PyBuilder):
+    """Builds candidates in persistent worker processes (TVM imported once per worker, recycled
+    after `builds_per_worker` builds), each with its own timeout, to loadable shared libraries.
+    Pair it with KBRunner, which loads those libraries (MetaSchedule's LocalRunner expects tars)."""
+
+    def __init__(self, *, workers: int, timeout_s: float = 30.0, builds_per_worker: int = 256) -> None:
+        super().__init__()
+        self.pool = BuildPool(workers_count=workers, timeout_s=timeout_s, builds_per_worker=builds_per_worker)
+        self.last_batch: list = []  # the last batch's Outcomes: seconds and worker per candidate
+        self.cuda_compiler: tuple[str, str] | None = None  # (compiler, why), said once
+
+    def build(self, build_inputs):
+        if self.cuda_compiler is None and any(b.target.kind.name == "cuda" for b in build_inputs):
+            self.cuda_compiler = cuda_compiler()  # the workers decide the same way
+            logging.getLogger("kb_tvm").warning("CUDA kernels compile with %s: %s", *self.cuda_compiler)
+        self.last_batch = self.pool.build([(b.mod, b.target) for b in build_inputs])
+        return [BuilderResult(o.value, None) if o.error is None else BuilderResult(None, o.error)
+                for o in self.last_batch]
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def _signature(args_info) -> tuple:
+    """The arguments of a candidate as a hashable key: ("TENSOR", dtype, shape) each."""
+    return tuple((kind, str(dtype), tuple(int(d) for d in shape)) for kind, dtype, shape in
+                 (a.as_json() for a in args_info))
+
+
+@derived_object
+class KBRunner(PyRunner):
+    """Times built candidates in one persistent measuring process for `device` ("cpu" or "cuda",
+    index `device_id`): arguments allocated once per task, repeats adapted to the latency under
+    `policy`, a median per candidate (one record each), and candidates 3x slower than the best
+    stopped early (recorded as measured, not failed). A candidate that crashes or hangs fails
+    alone: the process is restarted and the tune goes on."""
+
+    def __init__(self, *, device: str = "cpu", device_id: int = 0, policy: TimingPolicy | None = None,
+                 timeout_s: float = 60.0) -> None:
+        super().__init__()
+        _check("device", device, device in ("cpu", "cuda"), 'must be "cpu" or "cuda"')
+        self.measurer = Measurer(device_type=device, device_id=device_id, policy=policy, timeout_s=timeout_s)
+        self.last_batch: list = []  # the last batch's Outcomes: the worker's report per candidate
+        # start the measuring process now: the first batch should not pay TVM's import
+        self._warming = threading.Thread(target=self.measurer.pid, daemon=True)
+        self._warming.start()
+
+    def run(self, runner_inputs):
+        self._warming.join()
+        self.last_batch = [self.measurer.measure(str(r.artifact_path), _signature(r.args_info))
+                           for r in runner_inputs]
+        return [LocalRunnerFuture(res=[o.value["median_s"]], error_message=None) if o.error is None
+                else LocalRunnerFuture(res=None, error_message=o.error) for o in self.last_batch]
+
+    def close(self) -> None:
+        self._warming.join()
+        self.measurer.close()

@@ -68,7 +68,8 @@ def summarize(runs: dict[str, dict]) -> dict:
 def main(workloads, budget, target, order, trials_per_batch, seed, out) -> None:
     from kb_tvm.workloads import get_workload
 
-    from .tuning import make_target, tune_operator
+    from .measure.targets import make_target
+    from .tuning import tune_operator
 
     tvm_target = make_target(target)
     strategies = [s.strip() for s in order.split(",")]

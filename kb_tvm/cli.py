@@ -48,6 +48,12 @@ def _experience(experience_dir, no_experience: bool, strategy: str):
     return Experience(experience_dir)
 
 
+def _pipeline_option(command):
+    return click.option("--pipeline", type=click.Choice(["kb", "stock"]), default="kb", show_default=True,
+                        help="Builder and runner: kb's persistent workers and measuring process, or "
+                        "MetaSchedule's LocalBuilder/LocalRunner (to separate pipeline from search).")(command)
+
+
 def _show_event(record: dict) -> None:
     """The search's phase changes, one line each (the rest is in the decision log)."""
     event = record["event"]
@@ -89,6 +95,7 @@ def list_ops() -> None:
               help="Where records, logs and the decision log go. Default: ./kb-work/NAME-STRATEGY")
 @click.option("--strategy", type=click.Choice(["kb", "evolutionary"]), default="kb", show_default=True,
               help="kb (KBSearch) or stock MetaSchedule, for a side-by-side run.")
+@_pipeline_option
 @click.option("--trials-per-batch", type=click.IntRange(1), default=None,
               help="Candidates per measurement batch. Default: 64 on cuda, 16 on llvm.")
 @click.option("--max-trials", type=click.IntRange(1), default=100_000, show_default=True,
@@ -96,7 +103,7 @@ def list_ops() -> None:
 @click.option("--seed", type=int, default=None, help="Random seed, for a repeatable search.")
 @click.option("--json-out", type=click.Path(dir_okay=False), default=None, help="Also write the result here.")
 @_experience_options
-def tune_op(name, budget, target, work_dir, strategy, trials_per_batch, max_trials, seed, json_out,
+def tune_op(name, budget, target, work_dir, strategy, pipeline, trials_per_batch, max_trials, seed, json_out,
             experience_dir, no_experience) -> None:
     """Tune the operator workload NAME (see `kb-tvm ops`) within a wall-clock budget."""
     from kb_tvm.workloads import get_workload
@@ -105,7 +112,8 @@ def tune_op(name, budget, target, work_dir, strategy, trials_per_batch, max_tria
         workload = get_workload(name)
     except ValueError as err:
         _fail(str(err))
-    from .tuning import make_target, tune_operator
+    from .measure.targets import describe, make_target
+    from .tuning import tune_operator
 
     try:
         tvm_target = make_target(target)
@@ -114,8 +122,8 @@ def tune_op(name, budget, target, work_dir, strategy, trials_per_batch, max_tria
     experience = _experience(experience_dir, no_experience, strategy)
     work_dir = Path(work_dir or Path("kb-work") / f"{name}-{strategy}")
     _writable_dir(work_dir)
-    click.echo(f"tuning {name} ({workload.description}) on {tvm_target.kind.name} with {strategy}, "
-               f"budget {format_seconds(parse_budget(budget))}, work dir {work_dir}")
+    click.echo(f"tuning {name} ({workload.description}) on {describe(tvm_target)} with {strategy} "
+               f"({pipeline} pipeline), budget {format_seconds(parse_budget(budget))}, work dir {work_dir}")
 
     def progress(point: dict) -> None:
         best = point["best_ms"]
@@ -125,7 +133,7 @@ def tune_op(name, budget, target, work_dir, strategy, trials_per_batch, max_tria
                    f"(failed {point['failed']})  best {shown}")
 
     result = tune_operator(workload, target=tvm_target, budget=budget, work_dir=work_dir, strategy=strategy,
-                           trials_per_batch=trials_per_batch, max_trials=max_trials, seed=seed,
+                           pipeline=pipeline, trials_per_batch=trials_per_batch, max_trials=max_trials, seed=seed,
                            on_progress=progress, on_event=_show_event, quiet=True, experience=experience)
     if result.final_ms is None:
         _fail(f"no candidate of {name} built and ran in {format_seconds(result.seconds)}; see {work_dir}/logs")
@@ -161,14 +169,15 @@ def _writable_dir(work_dir: Path) -> None:
 @click.option("--seed", type=int, default=None, help="Random seed, for a repeatable search.")
 @click.option("--strategy", type=click.Choice(["kb", "evolutionary"]), default="kb", show_default=True,
               help="kb (KBTaskScheduler + KBSearch) or stock MetaSchedule, for a side-by-side run.")
+@_pipeline_option
 @click.option("--resume", is_flag=True, help="Continue an interrupted run in --work-dir: its records stay, "
               "its seconds count, finished tasks get no more.")
 @_experience_options
-def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, strategy, resume,
+def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, strategy, pipeline, resume,
                        experience_dir, no_experience) -> None:
     """Tune an ONNX model within a wall-clock budget; export a library and a report."""
+    from .measure.targets import describe, make_target
     from .model_tuning import ModelError, load_onnx, read_state, to_relax, tune_model
-    from .tuning import make_target
 
     work_dir = Path(work_dir or Path("kb-work") / Path(model).stem)
     experience = _experience(experience_dir, no_experience, strategy)
@@ -181,8 +190,8 @@ def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, 
         _fail(str(err))
     _writable_dir(work_dir)
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)  # progress lines instead
-    click.echo(f"tuning {model} on {tvm_target.kind.name}, budget {format_seconds(parse_budget(budget))}, "
-               f"work dir {work_dir}")
+    click.echo(f"tuning {model} on {describe(tvm_target)} ({pipeline} pipeline), "
+               f"budget {format_seconds(parse_budget(budget))}, work dir {work_dir}")
 
     def show(record: dict) -> None:
         event = record["event"]
@@ -197,8 +206,8 @@ def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, 
 
     try:
         report = tune_model(onnx_model, name=str(model), target=tvm_target, budget=budget, work_dir=work_dir,
-                            trials_per_batch=trials_per_batch, seed=seed, strategy=strategy, resume=resume,
-                            experience=experience, on_event=show)
+                            trials_per_batch=trials_per_batch, seed=seed, strategy=strategy, pipeline=pipeline,
+                            resume=resume, experience=experience, on_event=show)
     except ModelError as err:
         _fail(str(err))
     click.echo(f"tuned: {report['latency_tuned_ms']:.4f} ms end to end ({report['speedup']:.2f}x), "
@@ -212,7 +221,8 @@ def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, 
 
 @main.command("train-model")
 @click.option("--target", "key", required=True,
-              help='Which targets\' rows to train on: "llvm" or "cuda-sm_90" (cuda with its arch).')
+              help='Which targets\' rows to train on: "llvm-avx512", "llvm-avx2", "llvm" (baseline '
+              'x86-64, as a bare llvm target gets), "cuda-sm_90" (cuda with its arch).')
 @click.option("--experience", "experience_dir", type=click.Path(file_okay=False), default=None,
               help="The library to train on. Default: ~/.cache/kb_tvm/experience.")
 @click.option("--out", type=click.Path(dir_okay=False), default=None,

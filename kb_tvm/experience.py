@@ -430,12 +430,13 @@ class Experience:
             _warn_skip(directory, err)
             raise KeyError(f"experience entry {entry_id!r} cannot be read: {_reason(err)}") from None
 
-    def nearest(self, workload: dict, *, target_kind: str, k: int = 3,
+    def nearest(self, workload: dict, *, target_kind: str, mcpu: str | None = None, k: int = 3,
                 max_distance: float = 4.0) -> list[tuple[float, ExperienceEntry]]:
         """Up to k (distance, entry) for entries of the same target kind, op kind and dtypes whose
         shape vector lies within max_distance of `workload`'s, nearest first (ties: newest
         first). An equal workload hash is distance 0; of entries sharing one hash only the
-        fastest is returned."""
+        fastest is returned. `mcpu`: only entries tuned for that CPU (a schedule tuned with
+        AVX-512 is no guide for a CPU without it, nor one tuned for baseline x86-64)."""
         _check(isinstance(workload, dict), f"workload={_short(workload)}: workload must be a dict")
         for key in ("op_kind", "dtypes", "vector"):
             _check(key in workload, f"workload is missing {key}: nearest needs op_kind, dtypes and vector")
@@ -450,6 +451,8 @@ class Experience:
 
         best_per_hash: dict[str, tuple[float, ExperienceEntry]] = {}
         for entry in self.entries(target_kind=target_kind):  # another target kind is never a match
+            if mcpu is not None and entry.target.get("mcpu") != mcpu:
+                continue
             other = entry.workload
             if (other["op_kind"] != workload["op_kind"] or other["dtypes"] != list(workload["dtypes"])
                     or len(other["vector"]) != len(vector)):

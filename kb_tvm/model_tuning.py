@@ -153,6 +153,7 @@ def tune_model(
     trials_per_batch: int | None = None,
     seed: int | None = None,
     strategy: str = "kb",
+    pipeline: str = "kb",
     resume: bool = False,
     builder=None,
     runner=None,
@@ -165,15 +166,17 @@ def tune_model(
     scheduler and EvolutionarySearch, stopped at the same wall budget), for side-by-side runs.
     resume: continue an interrupted run in `work_dir` (kb only): its records stay, its seconds
     count against the budget, and tasks it finished get no more. builder/runner: MetaSchedule's
-    (e.g. an RPCRunner); default local. experience: a kb_tvm.Experience to warm-start the
+    (e.g. an RPCRunner); default local, kb's persistent ones or stock's as `pipeline` says. experience: a kb_tvm.Experience to warm-start the
     tasks from and add their outcomes to (kb only); None: cold."""
     from tvm.s_tir import meta_schedule as ms
 
     from .adapter import KBSearch, KBTaskScheduler, ProgressRecorder, TimeCappedSearch
-    from .tuning import STRATEGIES, default_builder, default_runner
+    from .tuning import PIPELINES, STRATEGIES, measurement_pipeline, remeasure_top
 
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
+    if pipeline not in PIPELINES:  # before the untuned build and the profile, not after them
+        raise ValueError(f"unknown pipeline {pipeline!r}: use one of {', '.join(PIPELINES)}")
     work_dir = Path(work_dir)
     earlier = read_state(work_dir, name=name, resume=resume, strategy=strategy)
     mod = fuse(to_relax(model), target)
@@ -208,17 +211,18 @@ def tune_model(
         scheduler = KBTaskScheduler(budget=tuning_budget, on_event=emit, default_latency=default_latency,
                                     earlier=[TaskStats(**t) for t in earlier["tasks"]] if earlier else None,
                                     experience=experience)
-        search, cost_model = KBSearch(budget=tuning_budget, seed=seed, experience=experience), "random"
+        search = KBSearch(budget=tuning_budget, seed=seed, experience=experience,
+                          remeasure_top=remeasure_top(pipeline))
+        cost_model = "random"
     else:
         scheduler, search, cost_model = "gradient", TimeCappedSearch(budget=tuning_budget), "xgb"
     is_cuda = target.kind.name == "cuda"
-    with guard_metaschedule_logger():
+    with measurement_pipeline(target, pipeline, builder, runner) as (builder, runner), guard_metaschedule_logger():
         database = ms.relax_integration.tune_relax(
             mod, params={}, target=target, work_dir=str(work_dir), max_trials_global=1_000_000,
             num_trials_per_iter=trials_per_batch or (64 if is_cuda else 16), cost_model=cost_model,
-            builder=builder or default_builder(target), runner=runner or default_runner(),
+            builder=builder, runner=runner, strategy=search, task_scheduler=scheduler, seed=seed,
             measure_callbacks=ms.MeasureCallback.create("default") + [ProgressRecorder(on_progress=measured)],
-            strategy=search, task_scheduler=scheduler, seed=seed,
         )
     stats = scheduler.stats if strategy == "kb" else []  # stock keeps no per-task seconds
     seconds = tuning_budget.spent
@@ -239,7 +243,7 @@ def tune_model(
     total = sum(weights[n] * default_latency[n] for n in weights) or 1.0
     by_name = {t.name: t for t in stats}
     report = {
-        "model": name, "target": str(target.export()), "budget_s": tuning_budget.total,
+        "model": name, "target": str(target.export()), "pipeline": pipeline, "budget_s": tuning_budget.total,
         "strategy": strategy, "seconds_spent": seconds,
         "trials": len(database.get_all_tuning_records()),
         "latency_untuned_ms": untuned_latency * 1e3, "latency_tuned_ms": tuned_latency * 1e3,

@@ -9,11 +9,13 @@ import math
 import os
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .budget import TuningBudget
 from .logger_guard import guard_metaschedule_logger
+from .measure.targets import available_cpus, physical_cores
 
 STRATEGIES = ("kb", "evolutionary")
 
@@ -33,79 +35,66 @@ class TuneResult:
     work_dir: str
     curve: list[dict] = field(default_factory=list)
     stop_reason: str | None = None
+    pipeline: str = "kb"
 
     def to_json(self) -> dict:
         return asdict(self)
 
 
-def physical_cores() -> int:
-    try:
-        import psutil
-    except ImportError:
-        return os.cpu_count() or 1
-    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+PIPELINES = ("kb", "stock")
 
 
-def available_cpus() -> int:
-    """CPUs this process may run on (taskset and containers included)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-def cuda_available() -> bool:
-    try:
-        import tvm
-
-        return bool(tvm.cuda(0).exist)
-    except Exception:  # noqa: BLE001 - no CUDA runtime at all
-        return False
-
-
-def make_target(spec: str | dict | None):
-    """A tvm Target from "llvm", "cuda", a JSON dict, or None (cuda if a GPU is present, else llvm)."""
-    import tvm
-
-    if spec is None:
-        spec = "cuda" if cuda_available() else "llvm"
-    if isinstance(spec, str) and spec.strip().startswith("{"):
-        try:
-            spec = json.loads(spec)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"target {spec!r} is not valid JSON ({err.msg})") from None
-    if spec == "llvm":
-        spec = {"kind": "llvm", "num-cores": physical_cores()}
-    elif spec == "cuda":
-        if not cuda_available():
-            raise ValueError("target 'cuda' asked for, but no CUDA GPU is visible to TVM")
-        major, minor = tvm.cuda(0).compute_version.split(".")
-        spec = {"kind": "cuda", "arch": f"sm_{major}{minor}", "max_threads_per_block": 1024,
-                "max_shared_memory_per_block": 49152, "thread_warp_size": 32,
-                "registers_per_block": 65536, "host": {"kind": "llvm"}}
-    if isinstance(spec, str):
-        raise ValueError(f"unknown target {spec!r}: use llvm, cuda, or a JSON target like "
-                         '\'{"kind": "llvm", "num-cores": 4}\'')
-    try:
-        return tvm.target.Target(spec)
-    except Exception as err:  # noqa: BLE001 - TVM raises many kinds here
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ValueError(f"target {json.dumps(spec)} is not valid: {first}") from None
-
-
-def default_builder(target):
-    """Local builds on every core; GPU builds get 120 s (a cold GPU machine timed out at 30 s)."""
+def default_builder(target, pipeline: str = "kb"):
+    """Builds on every core (GPU: every CPU this process may use, 120 s each: a cold GPU machine
+    timed out at 30 s). kb: KBBuilder's persistent workers; stock: MetaSchedule's LocalBuilder."""
     from tvm.s_tir import meta_schedule as ms
 
     is_cuda = target.kind.name == "cuda"
-    return ms.builder.LocalBuilder(max_workers=available_cpus() if is_cuda else physical_cores(),
-                                   timeout_sec=120 if is_cuda else 30)
+    workers, timeout = (available_cpus(), 120) if is_cuda else (physical_cores(), 30)
+    if pipeline == "kb":
+        from .adapter import KBBuilder
+
+        return KBBuilder(workers=workers, timeout_s=timeout)
+    return ms.builder.LocalBuilder(max_workers=workers, timeout_sec=timeout)
 
 
-def default_runner():
+def default_runner(target, pipeline: str = "kb"):
+    """kb: KBRunner's persistent measuring process; stock: MetaSchedule's LocalRunner."""
     from tvm.s_tir import meta_schedule as ms
 
+    if pipeline == "kb":
+        from .adapter import KBRunner
+
+        return KBRunner(device="cuda" if target.kind.name == "cuda" else "cpu", timeout_s=60)
     return ms.runner.LocalRunner(timeout_sec=30)
+
+
+def remeasure_top(pipeline: str) -> int:
+    """How many of the best candidates KBSearch measures again: none on kb's pipeline, whose
+    record is already a stable median (a re-measure would add a second record for the same
+    schedule); the top 3 on stock's, whose single noisy sample can flatter a schedule."""
+    return 0 if pipeline == "kb" else 3
+
+
+@contextmanager
+def measurement_pipeline(target, pipeline: str = "kb", builder=None, runner=None):
+    """(builder, runner) for a tune: those given, else `pipeline`'s defaults for the target.
+    The ones made here have their worker processes stopped when the block ends."""
+    if pipeline not in PIPELINES:
+        raise ValueError(f"unknown pipeline {pipeline!r}: use one of {', '.join(PIPELINES)}")
+    made = []
+    if builder is None:
+        builder = default_builder(target, pipeline)
+        made.append(builder)
+    if runner is None:
+        runner = default_runner(target, pipeline)
+        made.append(runner)
+    try:
+        yield builder, runner
+    finally:
+        for part in made:
+            if pipeline == "kb":  # stock's LocalBuilder and LocalRunner keep no process to stop
+                part.close()
 
 
 def _space_for(workload, target):
@@ -126,6 +115,7 @@ def tune_operator(
     budget: str | float,
     work_dir: str | Path,
     strategy: str = "kb",
+    pipeline: str = "kb",
     trials_per_batch: int | None = None,
     max_trials: int = 100_000,
     builder=None,
@@ -139,6 +129,7 @@ def tune_operator(
     """Tune `workload` for `budget` wall seconds with kb (KBSearch) or stock MetaSchedule
     (EvolutionarySearch stopped at the budget). Builder and runner default to local ones.
     on_progress gets the anytime curve's points, on_event KBSearch's decision-log events.
+    pipeline: the builder and runner when none are given: kb's persistent ones or stock's.
     quiet: keep MetaSchedule's per-batch tables out of the console (they still go to work_dir/logs).
     experience: a kb_tvm.Experience to warm-start from and add to (kb only); None: cold."""
     from tvm.s_tir import meta_schedule as ms
@@ -154,8 +145,6 @@ def tune_operator(
     cores = physical_cores()
     if trials_per_batch is None:
         trials_per_batch = 64 if is_cuda else 16
-    builder = builder or default_builder(target)
-    runner = runner or default_runner()
     stop_reasons: list[str] = []
 
     def event(record: dict) -> None:
@@ -165,7 +154,8 @@ def tune_operator(
             on_event(record)
 
     if strategy == "kb":
-        search = KBSearch(budget=tuning_budget, seed=seed, on_event=event, experience=experience)
+        search = KBSearch(budget=tuning_budget, seed=seed, on_event=event, experience=experience,
+                          remeasure_top=remeasure_top(pipeline))
         cost_model = "random"  # KBSearch trains its own model; skip training the stock one
     else:
         search = TimeCappedSearch(budget=tuning_budget)
@@ -186,7 +176,7 @@ def tune_operator(
     recorder = ProgressRecorder(on_progress=progress)
     tuning_budget.start()  # the rest of the job counts, MetaSchedule's own set-up included
     started = time.monotonic()
-    with guard_metaschedule_logger():
+    with measurement_pipeline(target, pipeline, builder, runner) as (builder, runner), guard_metaschedule_logger():
         database = ms.tune_tir(
             _named_module(workload), target, str(work_dir), max_trials_global=max_trials,
             num_trials_per_iter=trials_per_batch, builder=builder, runner=runner, cost_model=cost_model,
@@ -202,7 +192,7 @@ def tune_operator(
         budget_s=budget_total, seconds=seconds, trials=recorder.trials, failed=recorder.failed,
         best_ms=None if math.isinf(recorder.best_ms) else recorder.best_ms, final_ms=final_ms,
         gflops=None if best is None else workload.flops / (best * 1e-3) / 1e9, work_dir=str(work_dir),
-        curve=recorder.curve, stop_reason=stop_reasons[0] if stop_reasons else "budget spent")
+        curve=recorder.curve, stop_reason=stop_reasons[0] if stop_reasons else "budget spent", pipeline=pipeline)
     (work_dir / "result.json").write_text(json.dumps(result.to_json(), indent=1))
     return result
 

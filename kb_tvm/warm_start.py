@@ -141,9 +141,24 @@ def replay_adapted(trace, mod, seed: int):
     return sch
 
 
+def target_mcpu(target) -> str | None:
+    """The CPU an llvm target was made for (None: another kind, or a bare llvm target)."""
+    if target.kind.name != "llvm":
+        return None
+    mcpu = target.attrs.get("mcpu")
+    return str(mcpu) if mcpu else None
+
+
 def target_key(target) -> str:
-    """Which shipped cost model fits a target: "llvm", "cuda-sm_90", ..."""
+    """Which shipped cost model fits a target: "llvm" (baseline x86-64 code), "llvm-avx512",
+    "llvm-avx2", "cuda-sm_90", ..."""
     kind = target.kind.name
+    if kind == "llvm" and target_mcpu(target) is not None:
+        from tvm.target import codegen
+
+        for isa in ("avx512f", "avx2"):
+            if codegen.llvm_cpu_has_features([isa], target):
+                return f"llvm-{isa.removesuffix('f')}"
     arch = target.attrs.get("arch") if hasattr(target, "attrs") else None
     return f"{kind}-{arch}" if kind == "cuda" and arch else kind
 
@@ -167,14 +182,15 @@ def offline_model(target, feature_version: str, folders: list[Path]) -> PriorMod
 
 
 def train_model(experience: Experience, key: str, feature_version: str) -> tuple[PriorModel, dict]:
-    """A cost model fitted on every row the library holds for targets of `key` ("llvm",
-    "cuda-sm_90"), and its description. ValueError if it holds none."""
+    """A cost model fitted on every row the library holds for targets of `key` (see target_key:
+    "llvm-avx512", "cuda-sm_90", ...), and its description. ValueError if it holds none."""
     import datetime
 
     features, log_latency, used = [], [], []
+    import tvm
+
     for entry in experience.entries():
-        arch = entry.target.get("arch")
-        if (f"{entry.target_kind}-{arch}" if entry.target_kind == "cuda" and arch else entry.target_kind) != key:
+        if target_key(tvm.target.Target(entry.target)) != key:
             continue
         samples = entry.samples()
         if samples is None or samples[0] != feature_version:
@@ -198,7 +214,7 @@ def lend(experience: Experience, mod, task_name: str, target, feature_version: s
     cost model: fitted on their rows, else one trained offline (the library's, else kb_tvm's)."""
     summary = workload_summary(mod, task_name)
     borrowed = []
-    for distance, entry in experience.nearest(summary, target_kind=target.kind.name, k=k):
+    for distance, entry in experience.nearest(summary, target_kind=target.kind.name, mcpu=target_mcpu(target), k=k):
         try:
             records = entry.database().get_all_tuning_records()
         except Exception as err:  # noqa: BLE001 - a damaged entry is skipped, not fatal

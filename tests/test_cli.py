@@ -61,5 +61,13 @@ def test_tune_op_end_to_end_shows_progress_and_a_result(tmp_path):
     result = json.loads(out.read_text())
     assert result["strategy"] == "kb" and result["final_ms"] > 0 and result["trials"] > 0
     assert result["gflops"] == pytest.approx(2 * 128**3 / (result["final_ms"] * 1e-3) / 1e9)
-    assert (work_dir / "database_tuning_record.json").stat().st_size > 0
     assert list((work_dir / "kb_logs").glob("*.jsonl"))
+    from tvm.s_tir.meta_schedule.database import JSONDatabase
+
+    records = JSONDatabase(work_dir=str(work_dir)).get_all_tuning_records()
+    assert len(records) == result["trials"]
+    assert len({str(r.trace) for r in records}) == len(records)  # one record per candidate...
+    assert all(r.run_secs is None or len(r.run_secs) == 1 for r in records)  # ...holding its median
+    target = json.loads(result["target"])
+    assert target["mcpu"] and result["pipeline"] == "kb"  # the detected host CPU, not bare llvm
+    assert f"mcpu={target['mcpu']}" in lines[0]

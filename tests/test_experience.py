@@ -37,9 +37,10 @@ def _workload(name="gemm-128", *, op_kind="matmul", dtypes=("float32",), vector=
             "shapes": [[128, 128], [128, 128]], "hash": hash_ or f"hash-{name}"}
 
 
-def _add(library: Experience, files: tuple[Path, Path], *, kind="llvm", latency=1e-3, **workload_args):
+def _add(library: Experience, files: tuple[Path, Path], *, kind="llvm", latency=1e-3, mcpu=None, **workload_args):
+    target = {"kind": kind, "num-cores": 2, **({"mcpu": mcpu} if mcpu else {})}
     return library.add(
-        target={"kind": kind, "num-cores": 2}, tvm_version="0.27.0", workload=_workload(**workload_args),
+        target=target, tvm_version="0.27.0", workload=_workload(**workload_args),
         best_latency_s=latency, seconds=12.5, trials=64, trajectory=[[0.5, 3e-3], [4.0, latency]],
         regions_won=["tile-large", "tile-small"], costs=COSTS, database_files=files,
     )
@@ -157,6 +158,15 @@ def test_nearest_never_returns_another_target_kind(library, files):
     found = library.nearest(_workload("gemm-128"), target_kind="llvm", max_distance=10)
     assert [e.id for _, e in found] == [llvm.id]
     assert library.nearest(_workload("gemm-128"), target_kind="rocm") == []
+
+
+def test_nearest_with_an_mcpu_returns_only_entries_tuned_for_that_cpu(library, files):
+    avx512 = _add(library, files, name="a", mcpu="rocketlake")
+    baseline = _add(library, files, name="b")  # a bare llvm target: baseline x86-64 code
+    assert [e.id for _, e in library.nearest(_workload("q"), target_kind="llvm", mcpu="rocketlake")] == [avx512.id]
+    assert library.nearest(_workload("q"), target_kind="llvm", mcpu="znver4") == []
+    anywhere = library.nearest(_workload("q"), target_kind="llvm")
+    assert {e.id for _, e in anywhere} == {avx512.id, baseline.id}
 
 
 def test_nearest_excludes_other_op_kinds_dtypes_and_vector_lengths(library, files):

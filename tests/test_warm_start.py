@@ -121,10 +121,13 @@ def test_train_model_fits_the_library_and_tuning_prefers_it_to_the_shipped_one(l
 
     from kb_tvm.cli import main
 
-    result = CliRunner().invoke(main, ["train-model", "--target", "llvm", "--experience", str(library.path)])
+    from kb_tvm.warm_start import target_key
+
+    key = target_key(llvm_target)  # "llvm-avx512" on an AVX-512 host
+    result = CliRunner().invoke(main, ["train-model", "--target", key, "--experience", str(library.path)])
     assert result.exit_code == 0, result.output
-    model_file = library.path / "models" / "llvm.json"
-    meta = json.loads((library.path / "models" / "llvm.meta.json").read_text())
+    model_file = library.path / "models" / f"{key}.json"
+    meta = json.loads((library.path / "models" / f"{key}.meta.json").read_text())
     assert model_file.exists() and meta["rows"] > 0 and meta["feature_version"].startswith("kb1:")
     # conv2d has no similar workload in the library: its prior is the library's offline model
     _, log = _tune("conv2d-28x28x32", llvm_target, tmp_path / "w", "8s", library)

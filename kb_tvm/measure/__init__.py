@@ -1,0 +1,1 @@
+"""Measurement: targets that describe the machine, and the build-and-run pipeline."""

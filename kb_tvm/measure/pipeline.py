@@ -1,0 +1,142 @@
+"""The build-and-measure path behind kb's Builder and Runner (`KBBuilder`, `KBRunner` in the
+adapter), in processes that live across batches.
+
+Where MetaSchedule's own path spends a trial's seconds (TVM 0.27): LocalBuilder starts a fresh
+pool per batch, so every batch pays each worker's TVM import and intrinsic registration; its
+artifacts are tars that the runner untars and links one at a time; LocalRunner allocates the
+arguments again for every candidate and times each with number=3 and a 100-ms floor.
+
+Here:
+- `BuildPool`: persistent build workers (warmed up at start, recycled after a bounded number of
+  builds for TVM's known builder leak); each candidate has its own timeout, and a hung or
+  crashed worker fails its candidate alone and is replaced. Workers link a shared library.
+- `Measurer`: one persistent measuring process per device. It keeps the arguments of the last
+  few tasks, times under a `TimingPolicy` (adaptive repeats, a median, a race against the best),
+  and is restarted after a candidate that crashed, hung or, on a GPU, may have broken the CUDA
+  context; that candidate fails and the tune goes on.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+import tempfile
+import weakref
+from dataclasses import dataclass
+
+from . import workers
+from .timing import TimingPolicy
+
+# Exceptions that mean kb_tvm's own worker code is broken, not the candidate: never a failed sample.
+_OUR_BUGS = (ImportError, NameError, AttributeError)
+
+
+@dataclass
+class Outcome:
+    """One candidate through the build or the measurement: a value or an error, and seconds."""
+    value: object = None
+    error: str | None = None
+    seconds: float = 0.0
+    pid: int | None = None
+
+
+def _failure(err: BaseException, what: str, timeout_s: float) -> str:
+    if isinstance(err, TimeoutError):
+        return f"{what}: timeout, killed after {timeout_s:g} s"
+    if isinstance(err, ChildProcessError):
+        return f"{what}: the worker process died (crash); it was replaced"
+    return f"{what}: {type(err).__name__}: {str(err).strip()[-2000:]}"
+
+
+class BuildPool:
+    """Persistent build workers. `build(pairs)` builds (module, target) pairs in parallel and
+    returns an Outcome per pair, in order, whose value is a shared library's path."""
+
+    def __init__(self, *, workers_count: int, timeout_s: float, builds_per_worker: int = 256) -> None:
+        from tvm.support.popen_pool import PopenPoolExecutor
+
+        if not (isinstance(workers_count, int) and workers_count >= 1):
+            raise ValueError(f"workers_count={workers_count!r}: must be an integer >= 1")
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s={timeout_s!r}: must be positive")
+        self.timeout_s = float(timeout_s)
+        self.workers_count = workers_count
+        self.artifact_dir = tempfile.mkdtemp(prefix="kb-artifacts-")
+        self._pool = PopenPoolExecutor(max_workers=workers_count, timeout=self.timeout_s,
+                                       initializer=workers.warm_up, maximum_process_uses=builds_per_worker,
+                                       stdout=subprocess.DEVNULL)
+        # start every worker now, in the background: the first batch should not pay TVM's import
+        self._warming = [self._pool.submit(workers.pid) for _ in range(workers_count)]
+        self._finalizer = weakref.finalize(self, _close_pool, self._pool, self.artifact_dir)
+
+    def build(self, pairs: list) -> list[Outcome]:
+        futures = [self._pool.submit(workers.build, mod, target, self.artifact_dir) for mod, target in pairs]
+        outcomes = []
+        for future in futures:
+            try:
+                path, seconds, pid = future.result()
+            except _OUR_BUGS:
+                raise
+            except Exception as err:  # noqa: BLE001 - whatever TVM raised: this candidate failed to build
+                outcomes.append(Outcome(error=_failure(err, "build", self.timeout_s)))
+                continue
+            outcomes.append(Outcome(value=path, seconds=seconds, pid=pid))
+        return outcomes
+
+    def worker_pids(self) -> set[int]:
+        """The live workers' process ids (a test watches them stay the same across batches)."""
+        return {w._proc.pid for w in self._pool._worker_map.values() if w._proc is not None}
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+def _close_pool(pool, artifact_dir: str) -> None:
+    pool.shutdown(wait=False)
+    shutil.rmtree(artifact_dir, ignore_errors=True)
+
+
+class Measurer:
+    """One persistent measuring process for one device. `measure(...)` times a built candidate
+    and returns an Outcome whose value is the worker's report (median_s, repeats, verdict...)."""
+
+    def __init__(self, *, device_type: str, device_id: int = 0, policy: TimingPolicy | None = None,
+                 timeout_s: float = 60.0) -> None:
+        from tvm.support.popen_pool import PopenWorker
+
+        self.device_type = device_type
+        self.device_id = device_id
+        self.policy = policy or TimingPolicy()
+        self.timeout_s = float(timeout_s)
+        self.restarts = 0
+        self.best_s: dict[tuple, float] = {}  # per argument signature: the race's reference
+        self._worker = PopenWorker(stdout=subprocess.DEVNULL)
+        self._finalizer = weakref.finalize(self, self._worker.kill)
+
+    def measure(self, artifact: str, signature: tuple) -> Outcome:
+        best = self.best_s.get(signature)
+        self._worker.send(workers.measure, (artifact, self.device_type, self.device_id, signature, self.policy,
+                                            best), timeout=self.timeout_s)
+        try:
+            report = self._worker.recv()
+        except _OUR_BUGS:
+            raise
+        except Exception as err:  # noqa: BLE001 - a candidate that failed to load or run
+            if isinstance(err, (TimeoutError, ChildProcessError)) or self.device_type != "cpu":
+                self._restart()  # hung, dead, or a GPU context the fault may have broken
+            return Outcome(error=_failure(err, "run", self.timeout_s))
+        if report["verdict"] != "slow":
+            self.best_s[signature] = min(report["median_s"], self.best_s.get(signature, math.inf))
+        return Outcome(value=report, seconds=report["load_s"] + report["timed_s"], pid=report["pid"])
+
+    def _restart(self) -> None:
+        self.restarts += 1
+        self._worker.kill()  # the next send starts a fresh process
+
+    def pid(self) -> int:
+        self._worker.send(workers.pid, ())
+        return self._worker.recv()
+
+    def close(self) -> None:
+        self._finalizer()

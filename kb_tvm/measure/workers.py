@@ -1,0 +1,110 @@
+"""What runs inside the persistent worker processes (TVM's popen workers): building a candidate
+to a loadable shared library, and timing one. Each worker imports TVM and registers the tensor
+intrinsics once, not once per batch."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+import time
+from collections import OrderedDict
+
+from .timing import TimingPolicy, calls_per_repeat, verdict
+
+_ARGS: OrderedDict = OrderedDict()  # (device, argument signature) -> arguments, a few tasks' worth
+_KEEP_ARGS = 4
+
+
+def warm_up() -> int:
+    """Import what every build needs (the tensor intrinsics' registration takes seconds); the PID."""
+    import tvm.driver  # noqa: F401
+    import tvm.s_tir.tensor_intrin  # noqa: F401
+    import tvm.s_tir.transform  # noqa: F401
+
+    return os.getpid()
+
+
+def cuda_compiler() -> tuple[str, str]:
+    """Which CUDA compiler TVM will use in this process, and why. TVM 0.27 defaults to NVRTC
+    (tens of ms a kernel, no process start), which needs the cuda-bindings package; without it
+    every build would fail, so this process falls back to nvcc."""
+    chosen = os.environ.get("TVM_CUDA_COMPILE_MODE")
+    if chosen:
+        return chosen.lower(), "TVM_CUDA_COMPILE_MODE is set"
+    try:
+        import cuda.bindings.nvrtc  # noqa: F401
+    except ImportError:
+        os.environ["TVM_CUDA_COMPILE_MODE"] = "nvcc"
+        return "nvcc", "cuda-bindings is not installed (pip install 'kb-tvm[cuda]' for NVRTC)"
+    return "nvrtc", "cuda-bindings is installed"
+
+
+def build(mod, target, out_dir: str) -> tuple[str, float, int]:
+    """Build a scheduled module as MetaSchedule's default builder does, then link it into a
+    shared library here, so the measuring process only loads it. (path, seconds, pid)."""
+    from tvm.driver import build as tvm_build
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    started = time.perf_counter()
+    if target.kind.name == "cuda":
+        cuda_compiler()
+    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    library = tvm_build(mod, target=target)
+    # a folder each: MetaSchedule's RemoveBuildArtifact callback deletes the artifact's folder
+    path = os.path.join(tempfile.mkdtemp(dir=out_dir), "candidate.so")
+    library.export_library(path)
+    return path, time.perf_counter() - started, os.getpid()
+
+
+def _arguments(device, signature: tuple):
+    """Random arguments for a signature of ("TENSOR", dtype, shape) tuples, made once per task."""
+    import tvm
+
+    key = (device.dlpack_device_type(), device.index, signature)
+    if key in _ARGS:
+        _ARGS.move_to_end(key)
+        return _ARGS[key]
+    fill = tvm.get_global_func("tvm.contrib.random.random_fill_for_measure")
+    args = []
+    for kind, dtype, shape in signature:
+        if kind != "TENSOR":
+            raise ValueError(f"argument kind {kind!r} cannot be measured (only TENSOR)")
+        tensor = tvm.runtime.empty([int(d) for d in shape], dtype=str(dtype), device=device)
+        fill(tensor)
+        args.append(tensor)
+    _ARGS[key] = args
+    while len(_ARGS) > _KEEP_ARGS:
+        _ARGS.popitem(last=False)
+    return args
+
+
+def measure(artifact: str, device_type: str, device_id: int, signature: tuple, policy: TimingPolicy,
+            best_s: float | None) -> dict:
+    """Time one built candidate under `policy`, racing it against `best_s`."""
+    import tvm
+
+    started = time.perf_counter()
+    module = tvm.runtime.load_module(artifact)
+    device = tvm.runtime.device(device_type, device_id)
+    args = _arguments(device, signature)
+    loaded = time.perf_counter()
+    flush = "cache_flush_cpu_non_first_arg" if policy.cache_flush and device_type in ("cpu", "llvm") else ""
+    entry = module.entry_name
+    device.sync()
+    first = module.time_evaluator(entry, device, number=1, repeat=1, min_repeat_ms=0, f_preproc=flush)(*args)
+    number = calls_per_repeat(float(first.mean), policy)
+    timer = module.time_evaluator(entry, device, number=number, repeat=policy.race_after, min_repeat_ms=0,
+                                  f_preproc=flush)
+    samples: list[float] = []
+    why = None
+    while why is None:
+        samples.extend(float(s) for s in timer(*args).results)
+        why = verdict(samples, number, best_s, policy)
+        timer = module.time_evaluator(entry, device, number=number, repeat=2, min_repeat_ms=0, f_preproc=flush)
+    return {"median_s": statistics.median(samples), "repeats": len(samples), "number": number, "verdict": why,
+            "load_s": loaded - started, "timed_s": time.perf_counter() - loaded, "pid": os.getpid()}
+
+
+def pid() -> int:
+    return os.getpid()

@@ -1,0 +1,100 @@
+"""kb's persistent build-and-measure path on llvm, with real builds and real runs: processes that
+live across batches, faults that fail one candidate alone, one record per candidate."""
+
+import pytest
+
+pytestmark = pytest.mark.tuning
+
+
+def _kernels():
+    """Three 16-element kernels: one that adds, one that never ends, one that stores far out of
+    bounds (a segfault in the measuring process)."""
+    from tvm.script import tirx as T
+
+    @T.prim_func
+    def adds(a: T.Buffer((16,), "float32"), b: T.Buffer((16,), "float32")):
+        for i in range(16):
+            b[i] = a[i] + T.float32(1)
+
+    @T.prim_func
+    def hangs(a: T.Buffer((16,), "float32"), b: T.Buffer((16,), "float32")):
+        while T.bool(True):
+            b[0] = b[0] + a[0]
+
+    @T.prim_func
+    def crashes(a: T.Buffer((16,), "float32"), b: T.Buffer((16,), "float32")):
+        for i in range(16):
+            b[T.int64(1099511627776) + i * T.int64(268435456)] = a[i]
+
+    return adds, hangs, crashes
+
+
+def _batch(builder, runner, funcs, target):
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    mods = [tvm.IRModule({"main": f}) for f in funcs]
+    built = builder.build([ms.builder.BuilderInput(mod, target) for mod in mods])
+    assert [b.error_msg for b in built] == [None] * len(funcs), [b.error_msg for b in built]
+    inputs = [ms.runner.RunnerInput(b.artifact_path, "cpu", ms.arg_info.ArgInfo.from_prim_func(mod["main"]))
+              for b, mod in zip(built, mods)]
+    return [future.result() for future in runner.run(inputs)]
+
+
+@pytest.fixture(scope="module")
+def pipeline():
+    from kb_tvm.adapter import KBBuilder, KBRunner
+
+    builder, runner = KBBuilder(workers=2, timeout_s=60), KBRunner(device="cpu", timeout_s=5)
+    yield builder, runner
+    builder.close()
+    runner.close()
+
+
+def test_workers_live_across_batches_and_a_hang_or_crash_fails_its_candidate_alone(pipeline, llvm_target):
+    builder, runner = pipeline
+    adds, hangs, crashes = _kernels()
+    first = _batch(builder, runner, [adds, adds], llvm_target)
+    assert all(r.error_msg is None and len(r.run_secs) == 1 and float(r.run_secs[0]) > 0 for r in first)
+    build_pids, measure_pid = builder.pool.worker_pids(), runner.measurer.pid()
+    assert len(build_pids) == 2
+
+    faulty = _batch(builder, runner, [adds, hangs, adds, crashes, adds], llvm_target)
+    errors = [r.error_msg for r in faulty]
+    assert errors[0] is None and errors[2] is None and errors[4] is None  # the ones after a fault too
+    assert "timeout, killed after 5 s" in errors[1]
+    assert "died" in errors[3]
+    assert runner.measurer.restarts == 2
+
+    again = _batch(builder, runner, [adds] * 4, llvm_target)
+    assert all(r.error_msg is None for r in again)
+    assert builder.pool.worker_pids() == build_pids  # no build worker was respawned
+    assert runner.measurer.pid() != measure_pid  # the measuring process was replaced after the faults
+
+
+def test_a_report_is_a_median_of_adapted_repeats(pipeline, llvm_target):
+    builder, runner = pipeline
+    adds, _, _ = _kernels()
+    _batch(builder, runner, [adds], llvm_target)
+    (outcome,) = runner.last_batch
+    report = outcome.value
+    assert report["verdict"] in ("stable", "capped", "slow")
+    assert report["repeats"] >= 3 and report["number"] > 1  # a ~10-ns kernel: many calls per repeat
+    assert report["median_s"] < 1e-4
+
+
+def test_stock_evolutionary_search_runs_on_kb_builder_and_runner_with_one_record_per_candidate(
+        pipeline, llvm_target, tmp_path):
+    from tvm.s_tir import meta_schedule as ms
+
+    from kb_tvm import guard_metaschedule_logger
+    from kb_tvm.workloads import get_workload
+
+    builder, runner = pipeline
+    with guard_metaschedule_logger():
+        database = ms.tune_tir(get_workload("gemm-128").module(), llvm_target, str(tmp_path), max_trials_global=16,
+                               num_trials_per_iter=8, builder=builder, runner=runner, cost_model="random")
+    records = database.get_all_tuning_records()
+    assert len(records) == 16
+    assert len({str(r.trace) for r in records}) == 16  # one record per candidate
+    assert all(r.run_secs is not None and len(r.run_secs) == 1 for r in records)  # its median

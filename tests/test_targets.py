@@ -1,0 +1,35 @@
+"""Targets describe the machine: llvm gets the host's CPU and cores unless the user says otherwise."""
+
+import pytest
+
+from kb_tvm.measure.targets import cuda_available, describe, host_cpu, make_target, physical_cores
+
+
+def test_the_default_llvm_target_carries_the_host_cpu_and_its_physical_cores():
+    target = make_target("llvm")
+    assert host_cpu() not in ("", "generic")
+    assert target.attrs["mcpu"] == host_cpu()
+    assert int(target.attrs["num-cores"]) == physical_cores()
+    assert describe(target) == f"llvm (mcpu={host_cpu()}, num-cores={physical_cores()})"
+
+
+def test_a_user_target_overrides_what_it_names_and_the_host_fills_the_rest():
+    generic = make_target('{"kind": "llvm", "mcpu": "x86-64"}')
+    assert generic.attrs["mcpu"] == "x86-64" and int(generic.attrs["num-cores"]) == physical_cores()
+    two = make_target({"kind": "llvm", "num-cores": 2})
+    assert two.attrs["mcpu"] == host_cpu() and int(two.attrs["num-cores"]) == 2
+
+
+def test_the_host_target_has_the_vector_units_a_bare_llvm_one_leaves_out():
+    from tvm.target import Target, codegen
+
+    host = make_target("llvm")
+    if not codegen.llvm_cpu_has_features(["avx2"], host):
+        pytest.skip("the host CPU has no AVX2: nothing wider than baseline to check")
+    assert not codegen.llvm_cpu_has_features(["avx2"], Target({"kind": "llvm"}))  # what a bare target got
+
+
+@pytest.mark.skipif(cuda_available(), reason="this machine has a GPU")
+def test_cuda_without_a_gpu_is_a_clear_error():
+    with pytest.raises(ValueError, match="no CUDA GPU is visible"):
+        make_target("cuda")
