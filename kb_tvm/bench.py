@@ -3,7 +3,9 @@
     python -m kb_tvm.bench --workload gemm-512 --workload conv2d-56x56x64 --budget 120s \
         --target llvm --out bench-results/cpu.json
 
-Both strategies run one after the other in one process; the JSON holds both anytime curves
+--runs names the runs as STRATEGY@PIPELINE (kb or evolutionary, on kb's or stock's measurement
+pipeline): "kb@kb,evolutionary@stock,evolutionary@kb" separates the search from the pipeline.
+The runs go one after the other in one process; the JSON holds every anytime curve
 (best latency vs seconds), the re-timed best of each, and how long kb took to reach stock's
 final latency. It is rewritten after every batch, so a run cut short keeps what it measured.
 """
@@ -36,8 +38,8 @@ def best_at(curve: list[dict], seconds: float) -> float | None:
     return best
 
 
-def summarize(runs: dict[str, dict]) -> dict:
-    kb, stock = runs.get("kb"), runs.get("evolutionary")
+def summarize(runs: dict[str, dict], kb_run: str = "kb", stock_run: str = "evolutionary") -> dict:
+    kb, stock = runs.get(kb_run), runs.get(stock_run)
     if not kb or not stock or not kb.get("done") or not stock.get("done"):
         return {}
     stock_final = stock["curve"][-1]["best_ms"] if stock["curve"] else None
@@ -52,7 +54,7 @@ def summarize(runs: dict[str, dict]) -> dict:
         "stock_failed_fraction": stock["failed"] / max(stock["trials"], 1),
         "best_at_quarters_ms": {
             name: [best_at(run["curve"], q * run["budget_s"]) for q in (0.25, 0.5, 0.75, 1.0)]
-            for name, run in (("kb", kb), ("evolutionary", stock))
+            for name, run in ((kb_run, kb), (stock_run, stock))
         },
     }
 
@@ -61,7 +63,8 @@ def summarize(runs: dict[str, dict]) -> dict:
 @click.option("--workload", "workloads", multiple=True, required=True, help="A name from `kb-tvm ops`.")
 @click.option("--budget", default="120s", show_default=True, help="Wall budget for each strategy.")
 @click.option("--target", default=None, help="llvm, cuda or a JSON target (default: cuda if present).")
-@click.option("--order", default="kb,evolutionary", show_default=True, help="Which strategy runs first.")
+@click.option("--runs", "order", default="kb@kb,evolutionary@stock", show_default=True,
+              help="The runs, in order, as STRATEGY@PIPELINE.")
 @click.option("--trials-per-batch", type=int, default=None, help="Same for both strategies.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False), required=True, help="JSON results file.")
@@ -69,10 +72,15 @@ def main(workloads, budget, target, order, trials_per_batch, seed, out) -> None:
     from kb_tvm.workloads import get_workload
 
     from .measure.targets import make_target
-    from .tuning import tune_operator
+    from .tuning import PIPELINES, STRATEGIES, tune_operator
 
     tvm_target = make_target(target)
-    strategies = [s.strip() for s in order.split(",")]
+    labels = [s.strip() for s in order.split(",")]
+    for label in labels:
+        strategy, _, pipeline = label.partition("@")
+        if strategy not in STRATEGIES or pipeline not in PIPELINES:
+            raise click.BadParameter(f"{label!r}: use STRATEGY@PIPELINE with a strategy of "
+                                     f"{'/'.join(STRATEGIES)} and a pipeline of {'/'.join(PIPELINES)}")
     out_path = Path(out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     report = {"target": str(tvm_target.export()), "budget": budget, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -85,29 +93,33 @@ def main(workloads, budget, target, order, trials_per_batch, seed, out) -> None:
         workload = get_workload(name)
         runs: dict[str, dict] = {}
         report["workloads"][name] = {"flops": workload.flops, "runs": runs, "summary": {}}
-        for strategy in strategies:
-            runs[strategy] = {"curve": [], "done": False}
+        for label in labels:
+            strategy, _, pipeline = label.partition("@")
+            runs[label] = {"curve": [], "done": False}
 
-            def progress(point, strategy=strategy, runs=runs, name=name):
-                runs[strategy]["curve"].append(point)
-                click.echo(f"{name} {strategy:>12} [{format_seconds(point['seconds']):>7}] trials "
+            def progress(point, label=label, runs=runs, name=name):
+                runs[label]["curve"].append(point)
+                click.echo(f"{name} {label:>18} [{format_seconds(point['seconds']):>7}] trials "
                            f"{point['trials']:4d} failed {point['failed']:4d} best {point['best_ms']}")
                 save()
 
             with tempfile.TemporaryDirectory(prefix=f"kb-bench-{name}-{strategy}-") as work_dir:
                 result = tune_operator(workload, target=tvm_target, budget=budget, work_dir=work_dir,
-                                       strategy=strategy, trials_per_batch=trials_per_batch, seed=seed,
-                                       on_progress=progress, quiet=True)
+                                       strategy=strategy, pipeline=pipeline, trials_per_batch=trials_per_batch,
+                                       seed=seed, on_progress=progress, quiet=True)
                 if strategy == "kb":  # keep the decision log beside the results
                     logs = sorted(Path(work_dir, "kb_logs").glob("*.jsonl"))
                     if logs:
-                        log_copy = out_path.with_name(f"{out_path.stem}-{name}-kb-log.jsonl")
+                        log_copy = out_path.with_name(f"{out_path.stem}-{name}-{label.replace('@', '-')}-log.jsonl")
                         log_copy.write_text(logs[0].read_text())
-            runs[strategy] = {**result.to_json(), "done": True}
+            runs[label] = {**result.to_json(), "done": True}
             save()
-            click.echo(f"{name} {strategy}: final {result.final_ms} ms, {result.trials} trials, "
+            click.echo(f"{name} {label}: final {result.final_ms} ms, {result.trials} trials, "
                        f"{result.failed} failed, {format_seconds(result.seconds)}")
-        report["workloads"][name]["summary"] = summarize(runs)
+        kb_runs = [label for label in labels if label.startswith("kb@")]
+        report["workloads"][name]["summary"] = {
+            f"{kb} vs {stock}": summarize(runs, kb, stock)
+            for kb in kb_runs[:1] for stock in labels if stock.startswith("evolutionary@")}
         save()
         click.echo(json.dumps(report["workloads"][name]["summary"], indent=1))
 

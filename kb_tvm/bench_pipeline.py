@@ -70,8 +70,12 @@ def measure_batch(builder, runner, candidates, target) -> dict:
         index += 1
         latencies.append(None if r.error_msg else float(np.mean([float(s) for s in r.run_secs])))
         shutil.rmtree(os.path.dirname(str(b.artifact_path)), ignore_errors=True)
-    return {"size": len(candidates), "wall_s": finished - started, "build_s": after_build - started,
-            "run_s": finished - after_build, "latencies_s": latencies}
+    batch = {"size": len(candidates), "wall_s": finished - started, "build_s": after_build - started,
+             "run_s": finished - after_build, "latencies_s": latencies}
+    if hasattr(runner, "measurer"):  # kb's: what each step cost inside its workers
+        batch["worker_build_s"] = [o.seconds for o in builder.last_batch]
+        batch["measure_reports"] = [o.value for o in runner.last_batch]
+    return batch
 
 
 def split_costs(batches: list[dict]) -> dict:

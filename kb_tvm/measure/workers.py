@@ -92,12 +92,15 @@ def measure(artifact: str, device_type: str, device_id: int, signature: tuple, p
     flush = "cache_flush_cpu_non_first_arg" if policy.cache_flush and device_type in ("cpu", "llvm") else ""
     entry = module.entry_name
     device.sync()
-    first = module.time_evaluator(entry, device, number=1, repeat=1, min_repeat_ms=0, f_preproc=flush)(*args)
-    number = calls_per_repeat(float(first.mean), policy)
-    timer = module.time_evaluator(entry, device, number=number, repeat=policy.race_after, min_repeat_ms=0,
-                                  f_preproc=flush)
+    first = float(module.time_evaluator(entry, device, number=1, repeat=1, min_repeat_ms=0, f_preproc=flush)(*args).mean)
+    number = calls_per_repeat(first, policy)
     samples: list[float] = []
     why = None
+    if best_s is not None and first > policy.race_factor * best_s and first >= policy.repeat_s:
+        # one call (after a warm-up) already says "slow": a 1-s kernel costs 2 s here, not 6
+        samples, why = [first], "slow"
+    timer = module.time_evaluator(entry, device, number=number, repeat=policy.race_after, min_repeat_ms=0,
+                                  f_preproc=flush)
     while why is None:
         samples.extend(float(s) for s in timer(*args).results)
         why = verdict(samples, number, best_s, policy)
