@@ -12,13 +12,13 @@ if (_checkout / "workloads" / "__init__.py").is_file() and (_checkout / "schedul
     __path__.append(str(_checkout))  # noqa: F821 - a package's __path__
 
 __version__ = "0.1.0"
-__all__ = ["Experience", "KBSearch", "KBTaskScheduler", "ProgressRecorder", "TimeCappedSearch", "TuningBudget",
-           "guard_metaschedule_logger", "parse_budget"]
+__all__ = ["Experience", "KBBuilder", "KBRunner", "KBSearch", "KBTaskScheduler", "ProgressRecorder",
+           "TimeCappedSearch", "TuningBudget", "guard_metaschedule_logger", "parse_budget"]
 
 
 def __getattr__(name):
     # TVM loads in seconds: import it only when a MetaSchedule object is asked for
-    if name in ("KBSearch", "KBTaskScheduler", "ProgressRecorder", "TimeCappedSearch"):
+    if name in ("KBBuilder", "KBRunner", "KBSearch", "KBTaskScheduler", "ProgressRecorder", "TimeCappedSearch"):
         from . import adapter
 
         return getattr(adapter, name)

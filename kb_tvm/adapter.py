@@ -339,8 +339,8 @@ class KBTaskScheduler(PyTaskScheduler):
 @derived_object
 class KBBuilder(PyBuilder):
     """Builds candidates in persistent worker processes (TVM imported once per worker, recycled
-    after `builds_per_worker` builds), each with its own timeout, to loadable shared libraries.
-    Pair it with KBRunner, which loads those libraries (MetaSchedule's LocalRunner expects tars)."""
+    after `builds_per_worker` builds), each with its own timeout, to loadable shared libraries
+    (nothing is linked per candidate at run time; KBRunner and LocalRunner both load them)."""
 
     def __init__(self, *, workers: int, timeout_s: float = 30.0, builds_per_worker: int = 256) -> None:
         super().__init__()

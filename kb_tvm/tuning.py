@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import time
 from collections.abc import Callable
 from contextlib import contextmanager

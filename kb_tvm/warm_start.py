@@ -190,7 +190,9 @@ def train_model(experience: Experience, key: str, feature_version: str) -> tuple
     import tvm
 
     for entry in experience.entries():
-        if target_key(tvm.target.Target(entry.target)) != key:
+        # the stored target is TVM's export, some attributes as strings: rebuild what keys it
+        described = {name: entry.target[name] for name in ("kind", "mcpu", "arch") if name in entry.target}
+        if target_key(tvm.target.Target(described)) != key:
             continue
         samples = entry.samples()
         if samples is None or samples[0] != feature_version:

@@ -147,7 +147,8 @@ def test_experience_and_no_experience_contradict(tmp_path):
     assert result.exit_code != 0 and "contradict" in result.output
 
 
-@pytest.mark.parametrize("target", [{"kind": "llvm"}, {"kind": "cuda", "arch": "sm_90", "host": {"kind": "llvm"}}])
+@pytest.mark.parametrize("target", [{"kind": "llvm"}, {"kind": "llvm", "mcpu": "rocketlake"},
+                                    {"kind": "cuda", "arch": "sm_90", "host": {"kind": "llvm"}}])
 def test_the_shipped_cost_models_load_for_their_target_and_predict(target):
     import numpy as np
     import tvm

@@ -5,7 +5,8 @@ one averaged sample, and at least 100 ms even for a 10-us kernel. Here a candida
 repeats of `number` calls each (a repeat lasts at least `repeat_s`), until the median is stable,
 the time cap is reached, or the candidate is clearly slower than the best so far (it is then
 recorded as measured-slow, with the median of what was timed: a real latency, not a failure).
-A candidate whose first call (at least a repeat's length) is already that much slower stops there.
+A candidate whose first call (at least a repeat's length) is already that much slower stops there,
+and so does one so slow that its first repeats alone would pass the time cap.
 Plain Python: the measuring process applies it, the tests check it without TVM.
 """
 

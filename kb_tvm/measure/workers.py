@@ -99,6 +99,8 @@ def measure(artifact: str, device_type: str, device_id: int, signature: tuple, p
     if best_s is not None and first > policy.race_factor * best_s and first >= policy.repeat_s:
         # one call (after a warm-up) already says "slow": a 1-s kernel costs 2 s here, not 6
         samples, why = [first], "slow"
+    elif first * policy.race_after > policy.max_seconds:
+        samples, why = [first], "capped"  # so slow that the first repeats alone would pass the cap
     timer = module.time_evaluator(entry, device, number=number, repeat=policy.race_after, min_repeat_ms=0,
                                   f_preproc=flush)
     while why is None:
