@@ -29,15 +29,18 @@ def test_the_hot_task_gets_the_seconds_within_one_budget(tmp_path, llvm_target):
     from tvm.s_tir import meta_schedule as ms
 
     from kb_tvm import KBSearch, KBTaskScheduler, TuningBudget, guard_metaschedule_logger
+    from kb_tvm.tuning import measurement_pipeline
 
-    budget = TuningBudget("60s")
+    budget = TuningBudget("45s")
     events = []
     scheduler = KBTaskScheduler(budget=budget, on_event=events.append)
-    with guard_metaschedule_logger():  # pytest's capture handlers sit on MetaSchedule's logger
+    # kb's pipeline: with stock's ~16 s of fixed cost per batch on 2 cores, three first batches
+    # alone nearly spend the budget, and what is left to allocate depends on the machine's day
+    with measurement_pipeline(llvm_target) as (builder, runner), guard_metaschedule_logger():
         ms.relax_integration.tune_relax(
             relax.transform.LegalizeOps()(_model()), params={}, target=llvm_target, work_dir=str(tmp_path),
-            max_trials_global=100_000, num_trials_per_iter=8, cost_model="random",
-            strategy=KBSearch(budget=budget, seed=1), task_scheduler=scheduler,
+            max_trials_global=100_000, num_trials_per_iter=8, cost_model="random", builder=builder, runner=runner,
+            strategy=KBSearch(budget=budget, seed=1, remeasure_top=0), task_scheduler=scheduler,
         )
     stats = {t.name: t for t in scheduler.stats}
     assert set(stats) == {"matmul", "add", "relu"}
@@ -54,6 +57,6 @@ def test_the_hot_task_gets_the_seconds_within_one_budget(tmp_path, llvm_target):
     assert not any(e["event"] == "allocate" and e["task"] in retired_names for e in events[first_retire:])
     assert events[-1]["event"] == "finish"
     longest_batch = max(s for t in scheduler.stats for s in t.batch_seconds)
-    assert budget.spent <= 60.0 + longest_batch + 5.0
+    assert budget.spent <= 45.0 + longest_batch + 5.0
     assert sum(t.trials for t in scheduler.stats) == len(ms.database.JSONDatabase(
         work_dir=str(tmp_path)).get_all_tuning_records())
