@@ -166,8 +166,9 @@ def tune_model(
     scheduler and EvolutionarySearch, stopped at the same wall budget), for side-by-side runs.
     resume: continue an interrupted run in `work_dir` (kb only): its records stay, its seconds
     count against the budget, and tasks it finished get no more. builder/runner: MetaSchedule's
-    (e.g. an RPCRunner); default local, kb's persistent ones or stock's as `pipeline` says. experience: a kb_tvm.Experience to warm-start the
-    tasks from and add their outcomes to (kb only); None: cold."""
+    (e.g. an RPCRunner); default local, kb's persistent ones or stock's as `pipeline` says.
+    experience: a kb_tvm.Experience to warm-start the tasks from and add their outcomes to (kb
+    only); None: cold."""
     from tvm.s_tir import meta_schedule as ms
 
     from .adapter import KBSearch, KBTaskScheduler, ProgressRecorder, TimeCappedSearch

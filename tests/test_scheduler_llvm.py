@@ -48,12 +48,13 @@ def test_the_hot_task_gets_the_seconds_within_one_budget(tmp_path, llvm_target):
     assert all(hot.seconds > stats[name].seconds for name in ("add", "relu"))
     assert hot.latency is not None and hot.batches >= 2
     assert all(hot.trials > stats[name].trials for name in ("add", "relu"))
-    for name in ("add", "relu"):  # trivial: a first batch as the floor, then retired
-        assert stats[name].batches == 1 and stats[name].retired.startswith("trivial")
+    for name in ("add", "relu"):  # trivial: a first batch as the floor, then retired (or their
+        # search ran out of distinct schedules first: an elementwise op may have one)
+        assert stats[name].batches == 1 and stats[name].retired.startswith(("trivial", "its search stopped"))
     allocations = [e for e in events if e["event"] == "allocate"]
     assert [e["why"].startswith("first batch") for e in allocations[:3]] == [True] * 3
     retired_names = {e["task"] for e in events if e["event"] == "retire"}
-    first_retire = next(i for i, e in enumerate(events) if e["event"] == "retire")
+    first_retire = next((i for i, e in enumerate(events) if e["event"] == "retire"), len(events))
     assert not any(e["event"] == "allocate" and e["task"] in retired_names for e in events[first_retire:])
     assert events[-1]["event"] == "finish"
     longest_batch = max(s for t in scheduler.stats for s in t.batch_seconds)
