@@ -71,8 +71,10 @@ def default_runner(target, pipeline: str = "kb"):
 def remeasure_top(pipeline: str) -> int:
     """How many of the best candidates KBSearch measures again: none on kb's pipeline, whose
     record is already a stable median (a re-measure would add a second record for the same
-    schedule); the top 3 on stock's, whose single noisy sample can flatter a schedule."""
-    return 0 if pipeline == "kb" else 3
+    schedule); KBSearch's default on stock's, whose single noisy sample can flatter a schedule."""
+    from .search import SearchOptions
+
+    return 0 if pipeline == "kb" else SearchOptions.remeasure_top
 
 
 @contextmanager

@@ -101,12 +101,11 @@ def measure(artifact: str, device_type: str, device_id: int, signature: tuple, p
         samples, why = [first], "slow"
     elif first * policy.race_after > policy.max_seconds:
         samples, why = [first], "capped"  # so slow that the first repeats alone would pass the cap
-    timer = module.time_evaluator(entry, device, number=number, repeat=policy.race_after, min_repeat_ms=0,
-                                  f_preproc=flush)
-    while why is None:
+    while why is None:  # the first chunk is long enough to race, the next ones two repeats each
+        timer = module.time_evaluator(entry, device, number=number, repeat=2 if samples else policy.race_after,
+                                      min_repeat_ms=0, f_preproc=flush)
         samples.extend(float(s) for s in timer(*args).results)
         why = verdict(samples, number, best_s, policy)
-        timer = module.time_evaluator(entry, device, number=number, repeat=2, min_repeat_ms=0, f_preproc=flush)
     return {"median_s": statistics.median(samples), "repeats": len(samples), "number": number, "verdict": why,
             "load_s": loaded - started, "timed_s": time.perf_counter() - loaded, "pid": os.getpid()}
 
