@@ -8,32 +8,43 @@
   `allocation.py`).
 - `KBBuilder`, `KBRunner`: the persistent build-and-measure path (logic in `measure/`); they
   serve stock MetaSchedule searches as well as KBSearch.
+- `RecordDatabase`: MetaSchedule's JSON database files with one record per schedule (logic in
+  `measure/records.py`).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
-import threading
+import shutil
+import tempfile
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import fields
+from pathlib import Path
 
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
+from tvm.s_tir.meta_schedule.database import (
+    JSONDatabase,
+    PyDatabase,
+    TuningRecord,
+    Workload,
+)
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
-from tvm.s_tir.meta_schedule.runner import PyRunner
-from tvm.s_tir.meta_schedule.runner.local_runner import LocalRunnerFuture
+from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerResult
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy, SearchStrategy
 from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler
 
 from . import allocation, warm_start
-
 from .budget import TuningBudget
 from .decision_log import DecisionLog
 from .experience import Experience
 from .measure.pipeline import BuildPool, Measurer
+from .measure.records import merged_seconds, record_latency
 from .measure.timing import TimingPolicy
 from .measure.workers import cuda_compiler
 from .search import FEATURE_VERSION, SearchOptions, TaskSearch
@@ -61,6 +72,7 @@ def _validated_options(**given) -> SearchOptions:
         value = getattr(opt, name)
         _check(name, value, 0.0 < value <= 1.0, "must be a fraction in (0, 1]")
     _check("min_total_gain", opt.min_total_gain, opt.min_total_gain >= 0.0, "must be >= 0")
+    _check("repeatable", opt.repeatable, isinstance(opt.repeatable, bool), "must be True or False")
     return opt
 
 
@@ -81,11 +93,15 @@ class KBSearch(PySearchStrategy):
     KBSearch(budget="10m") spends at most the budget in wall-clock seconds (plus at most
     one measurement batch); trials (tune_tir's max_trials_*) stay an optional cap. Clones
     made for the tasks of one job share its budget. It writes one decision log per task
-    under `log_dir` (default: `<work_dir>/kb_logs`, found from a JSONDatabase), and hands
+    under `log_dir` (default: `<work_dir>/kb_logs`, found from its database), and hands
     every logged event (a dict with "event", "task" and its fields) to `on_event`.
     `experience`: a `kb_tvm.Experience` library to warm-start from (similar workloads on the
     same target kind lend their best schedules, winning regions, costs and cost-model rows)
     and to add each task's outcome to; None (the default) searches cold and keeps nothing.
+    `seed` (default: tune_tir's) seeds its random choices: samples, mutations, ties.
+    `repeatable=True` also draws samples from explicit seeds in a fixed order with no time limit
+    on how many, so one seed proposes the same first batch; the measurements' noise and the
+    wall-clock budget still make two runs part later. Other options: `SearchOptions`.
     """
 
     def __init__(self, *, budget: str | float | TuningBudget, templates_dir: str | None = None,
@@ -110,7 +126,8 @@ class KBSearch(PySearchStrategy):
         templates = load_templates(target_kind, self.templates_dir)
         log_dir = self.log_dir
         if log_dir is None:
-            path = getattr(database, "path_workload", None)
+            path = getattr(database, "path_workload", None) or next(
+                (d.path_workload for d in list(_RECORD_DATABASES) if d._outer().same_as(database)), None)
             log_dir = os.path.join(os.path.dirname(path) if path else os.getcwd(), "kb_logs")
         task_name = self.context.task_name or "task"
         listener = None
@@ -125,6 +142,8 @@ class KBSearch(PySearchStrategy):
         options = self.options
         if options.seed is None and self.context.rand_state >= 0:
             options = _validated_options(**{**vars(options), "seed": int(self.context.rand_state)})
+        _check("repeatable", options.repeatable, options.seed is not None or not options.repeatable,
+               "needs a seed (KBSearch(seed=...) or tune_tir(seed=...))")
         borrowed, prior = [], None
         if self.experience is not None:
             try:
@@ -340,11 +359,17 @@ class KBTaskScheduler(PyTaskScheduler):
 class KBBuilder(PyBuilder):
     """Builds candidates in persistent worker processes (TVM imported once per worker, recycled
     after `builds_per_worker` builds), each with its own timeout, to loadable shared libraries
-    (nothing is linked per candidate at run time; KBRunner and LocalRunner both load them)."""
+    (nothing is linked per candidate at run time; KBRunner and LocalRunner both load them).
+    `stream_to`: a KBRunner that starts timing each candidate as soon as it is built, while the
+    rest of the batch still builds (worth it where builds and measurements use different
+    hardware, i.e. on a GPU; on a CPU they would share cores and disturb the timings)."""
 
-    def __init__(self, *, workers: int, timeout_s: float = 30.0, builds_per_worker: int = 256) -> None:
+    def __init__(self, *, workers: int, timeout_s: float = 30.0, builds_per_worker: int = 256,
+                 stream_to: KBRunner | None = None) -> None:
         super().__init__()
+        _check("stream_to", stream_to, stream_to is None or hasattr(stream_to, "prefetch"), "must be a KBRunner or None")
         self.pool = BuildPool(workers_count=workers, timeout_s=timeout_s, builds_per_worker=builds_per_worker)
+        self.stream_to = stream_to
         self.last_batch: list = []  # the last batch's Outcomes: seconds and worker per candidate
         self.cuda_compiler: tuple[str, str] | None = None  # (compiler, why), said once
 
@@ -352,12 +377,27 @@ class KBBuilder(PyBuilder):
         if self.cuda_compiler is None and any(b.target.kind.name == "cuda" for b in build_inputs):
             self.cuda_compiler = cuda_compiler()  # the workers decide the same way
             logging.getLogger("kb_tvm").warning("CUDA kernels compile with %s: %s", *self.cuda_compiler)
-        self.last_batch = self.pool.build([(b.mod, b.target) for b in build_inputs])
+        on_built = None
+        if self.stream_to is not None:
+            self.stream_to.forget_prefetched()  # a batch MetaSchedule never ran
+
+            def on_built(index: int, outcome) -> None:
+                if outcome.error is None:
+                    self.stream_to.prefetch(outcome.value, _entry_signature(build_inputs[index].mod))
+
+        self.last_batch = self.pool.build([(b.mod, b.target) for b in build_inputs], on_built)
         return [BuilderResult(o.value, None) if o.error is None else BuilderResult(None, o.error)
                 for o in self.last_batch]
 
     def close(self) -> None:
         self.pool.close()
+
+
+def _entry_signature(mod) -> tuple:
+    """What MetaSchedule will give the runner as the candidate's arguments."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    return _signature(ArgInfo.from_entry_func(mod, remove_preproc=True))
 
 
 def _signature(args_info) -> tuple:
@@ -372,25 +412,147 @@ class KBRunner(PyRunner):
     index `device_id`): arguments allocated once per task, repeats adapted to the latency under
     `policy`, a median per candidate (one record each), and candidates 3x slower than the best
     stopped early (recorded as measured, not failed). A candidate that crashes or hangs fails
-    alone: the process is restarted and the tune goes on."""
+    alone: the process is restarted and the tune goes on. `run` returns at once; its futures
+    resolve as the candidates are timed, one after another."""
 
     def __init__(self, *, device: str = "cpu", device_id: int = 0, policy: TimingPolicy | None = None,
                  timeout_s: float = 60.0) -> None:
         super().__init__()
         _check("device", device, device in ("cpu", "cuda"), 'must be "cpu" or "cuda"')
         self.measurer = Measurer(device_type=device, device_id=device_id, policy=policy, timeout_s=timeout_s)
-        self.last_batch: list = []  # the last batch's Outcomes: the worker's report per candidate
+        self._batch: list = []  # the last batch's measurement futures
+        self._prefetched: dict[str, tuple[tuple, object]] = {}  # artifact -> (signature, future)
         # start the measuring process now: the first batch should not pay TVM's import
-        self._warming = threading.Thread(target=self.measurer.pid, daemon=True)
-        self._warming.start()
+        self.measurer.start()
+
+    def prefetch(self, artifact: str, signature: tuple) -> None:
+        """Start timing a candidate before `run` asks for it (KBBuilder's streaming)."""
+        self._prefetched[artifact] = (signature, self.measurer.submit(artifact, signature))
+
+    def forget_prefetched(self) -> None:
+        self._prefetched.clear()
 
     def run(self, runner_inputs):
-        self._warming.join()
-        self.last_batch = [self.measurer.measure(str(r.artifact_path), _signature(r.args_info))
-                           for r in runner_inputs]
-        return [LocalRunnerFuture(res=[o.value["median_s"]], error_message=None) if o.error is None
-                else LocalRunnerFuture(res=None, error_message=o.error) for o in self.last_batch]
+        self._batch = []
+        for r in runner_inputs:
+            artifact, signature = str(r.artifact_path), _signature(r.args_info)
+            started = self._prefetched.pop(artifact, None)
+            if started is not None and started[0] == signature:
+                self._batch.append(started[1])
+            else:
+                self._batch.append(self.measurer.submit(artifact, signature))
+        return [_MeasurementFuture(future) for future in self._batch]
+
+    @property
+    def last_batch(self) -> list:
+        """The last batch's Outcomes (waits for them): the worker's report per candidate."""
+        return [future.result() for future in self._batch]
 
     def close(self) -> None:
-        self._warming.join()
         self.measurer.close()
+
+
+@derived_object
+class _MeasurementFuture(PyRunnerFuture):
+    """A candidate being timed by KBRunner's measuring thread, as MetaSchedule's RunnerFuture."""
+
+    def __init__(self, future) -> None:
+        super().__init__()
+        self.future = future
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def result(self):
+        outcome = self.future.result()
+        if outcome.error is not None:
+            return RunnerResult(run_secs=None, error_msg=outcome.error)
+        return RunnerResult(run_secs=[outcome.value["median_s"]], error_msg=None)
+
+
+@derived_object
+class RecordDatabase(PyDatabase):
+    """MetaSchedule's JSON database files in `work_dir` (database_workload.json,
+    database_tuning_record.json: stock JSONDatabase reads them), with one record per schedule.
+    A schedule measured again refines its record: its run_secs hold one value per measurement,
+    and records rank by their median (stock ranks every measurement as a record of its own and
+    so deploys the luckiest). Each measurement is appended to the file when it is committed, so
+    a crash loses nothing; reading merges them, and `compact()` rewrites the file with one line
+    per schedule (the tune commands call it when tuning ends)."""
+
+    def __init__(self, *, work_dir: str | os.PathLike) -> None:
+        super().__init__()
+        self.work_dir = Path(work_dir)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self._store = JSONDatabase(work_dir=str(self.work_dir))  # appends each measurement
+        self._records: dict[tuple[int, str], TuningRecord] = {}  # (workload, trace) -> merged
+        for record in self._store.get_all_tuning_records():
+            self._merge(record)
+        _RECORD_DATABASES.add(self)  # MetaSchedule hands strategies a bare handle: find the folder
+
+    @property
+    def path_tuning_record(self) -> Path:
+        return self.work_dir / "database_tuning_record.json"
+
+    @property
+    def path_workload(self) -> Path:
+        return self.work_dir / "database_workload.json"
+
+    def has_workload(self, mod) -> bool:
+        return self._store.has_workload(mod)
+
+    def commit_workload(self, mod):
+        return self._store.commit_workload(mod)
+
+    def commit_tuning_record(self, record) -> None:
+        self._store.commit_tuning_record(record)
+        self._merge(record)
+
+    def get_top_k(self, workload, top_k: int) -> list:
+        key = _workload_key(workload)
+        ranked = sorted((latency, index, record) for index, ((wkey, _), record) in enumerate(self._records.items())
+                        if wkey == key and (latency := record_latency(record.run_secs)) is not None)
+        return [record for _, _, record in ranked[:top_k]]
+
+    def get_all_tuning_records(self) -> list:
+        return list(self._records.values())
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def _merge(self, record) -> None:
+        key = (_workload_key(record.workload), str(record.trace))  # the schedule with its decisions
+        before = self._records.get(key)
+        if before is not None:
+            record = TuningRecord(record.trace, record.workload, merged_seconds(before.run_secs, record.run_secs),
+                                  record.target, record.args_info)
+        self._records[key] = record
+
+    def compact(self) -> None:
+        """Rewrite the files with one record line per schedule, written by MetaSchedule's own
+        JSONDatabase (workloads in their old order, so record lines keep their workload numbers);
+        atomically: a crash mid-way leaves the old files, which read the same."""
+        staging = Path(tempfile.mkdtemp(dir=self.work_dir, prefix=".compact-"))
+        try:
+            fresh = JSONDatabase(work_dir=str(staging))
+            with open(self.path_workload, encoding="utf-8") as lines:
+                for line in lines:
+                    if line.strip():
+                        fresh.commit_workload(Workload.from_json(json.loads(line)).mod)
+            for record in self._records.values():
+                fresh.commit_tuning_record(TuningRecord(record.trace, fresh.commit_workload(record.workload.mod),
+                                                        record.run_secs, record.target, record.args_info))
+            os.replace(staging / "database_workload.json", self.path_workload)
+            os.replace(staging / "database_tuning_record.json", self.path_tuning_record)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+_RECORD_DATABASES: weakref.WeakSet = weakref.WeakSet()
+
+
+def _workload_key(workload) -> int:
+    """The workload's structural hash: the number JSONDatabase writes first in its workload line."""
+    from tvm_ffi import structural_hash
+
+    return int(structural_hash(workload.mod))

@@ -10,7 +10,8 @@ them (the two alternate, so drift hits both). Each pipeline's first batch (its w
 reported apart; a least-squares line through the other batches splits wall seconds into a fixed
 cost per batch and a cost per candidate. Fidelity: the 10 fastest candidates of the largest batch
 are rebuilt and re-timed in this process (median of 10 repeats x 5 calls), against what each
-pipeline recorded for them.
+pipeline recorded for them. On a GPU kb's builder streams (each candidate is timed as soon as it
+is built), so its "build" seconds include the measurements that overlapped the builds.
 """
 
 from __future__ import annotations
@@ -120,9 +121,13 @@ def fidelity(candidates, recorded: list[float | None], target, top: int = 10, ro
 
 
 def make_pipelines(target) -> dict:
+    """Each pipeline's builder and runner as a tune makes them (kb's streams on a GPU)."""
     from .tuning import default_builder, default_runner
 
-    return {name: (default_builder(target, name), default_runner(target, name)) for name in ("stock", "kb")}
+    kb_runner = default_runner(target, "kb")
+    streams = kb_runner if target.kind.name == "cuda" else None
+    return {"stock": (default_builder(target, "stock"), default_runner(target, "stock")),
+            "kb": (default_builder(target, "kb", stream_to=streams), kb_runner)}
 
 
 @click.command()
@@ -130,8 +135,9 @@ def make_pipelines(target) -> dict:
 @click.option("--target", default="llvm", show_default=True)
 @click.option("--sizes", default="4,16,32", show_default=True, help="Batch sizes, comma-separated.")
 @click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--pipelines", default="stock,kb", show_default=True, help="Which to measure, comma-separated.")
 @click.option("--out", type=click.Path(dir_okay=False), required=True)
-def main(workload_name, target, sizes, seed, out) -> None:
+def main(workload_name, target, sizes, seed, pipelines, out) -> None:
     from .measure.targets import describe, make_target
     from .workloads import get_workload
 
@@ -144,8 +150,9 @@ def main(workload_name, target, sizes, seed, out) -> None:
                f"sampled in {time.perf_counter() - started:.1f}s")
     report = {"workload": workload_name, "target": dict(tvm_target.export()), "sizes": sizes, "seed": seed,
               "pipelines": {}}
-    pipelines = make_pipelines(tvm_target)
+    pipelines = {name: pair for name, pair in make_pipelines(tvm_target).items() if name in pipelines.split(",")}
     batches = {name: [] for name in pipelines}
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
     for size in [sizes[0]] + sizes:  # the first round is each pipeline's cold start
         for name, (builder, runner) in pipelines.items():
             batch = measure_batch(builder, runner, candidates[:size], tvm_target)
@@ -153,7 +160,9 @@ def main(workload_name, target, sizes, seed, out) -> None:
             ok = sum(s is not None for s in batch["latencies_s"])
             click.echo(f"{name:5} batch of {size:3}: {batch['wall_s']:6.2f}s (build {batch['build_s']:.2f}s, "
                        f"run {batch['run_s']:.2f}s), {ok} measured")
-    for name, (builder, runner) in pipelines.items():
+            Path(out).write_text(json.dumps({**report, "unfinished_batches": batches}, indent=1, default=str))
+    for name in sorted(pipelines, key=lambda n: n != "kb"):  # kb's fidelity first: it is quicker
+        builder, runner = pipelines[name]
         cold, *warm = batches[name]
         largest = warm[-1]
         report["pipelines"][name] = {
@@ -165,14 +174,13 @@ def main(workload_name, target, sizes, seed, out) -> None:
         if name == "kb":
             builder.close()
             runner.close()
+        Path(out).write_text(json.dumps(report, indent=1, default=str))  # what is done so far
         summary = report["pipelines"][name]
         click.echo(f"{name:5}: fixed {summary['fixed_s']:.2f}s/batch, {summary['per_candidate_s']:.3f}s/candidate, "
                    f"cold batch {cold['wall_s']:.1f}s; fidelity median |diff| "
                    f"{summary['fidelity']['median_abs']:.1%}, max {summary['fidelity']['max_abs']:.1%}, "
                    f"{summary['fidelity']['within_3_percent']}/{summary['fidelity']['count']} within 3% "
                    f"(re-timings' own spread: median {summary['fidelity']['retime_spread_median']:.1%})")
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(report, indent=1, default=str))
 
 
 if __name__ == "__main__":

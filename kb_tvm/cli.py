@@ -54,6 +54,25 @@ def _pipeline_option(command):
                         "MetaSchedule's LocalBuilder/LocalRunner (to separate pipeline from search).")(command)
 
 
+def _seed_options(command):
+    command = click.option(
+        "--repeatable", is_flag=True,
+        help="With --seed (kb only): draw samples from explicit seeds in a fixed order and with no time "
+        "limit on how many, so the same seed proposes the same first batch (sampling is slower).")(command)
+    return click.option(
+        "--seed", type=int, default=None,
+        help="Seeds the search's random choices (samples, mutations, ties). It cannot fix the measurements' "
+        "noise or the wall-clock budget (when phases change, when the search stops), so two runs part "
+        "once their measurements differ.")(command)
+
+
+def _check_repeatable(repeatable: bool, seed, strategy: str) -> None:
+    if repeatable and seed is None:
+        _fail("--repeatable needs --seed N")
+    if repeatable and strategy != "kb":
+        _fail("--repeatable applies to --strategy kb (stock MetaSchedule draws samples on several threads)")
+
+
 def _show_event(record: dict) -> None:
     """The search's phase changes, one line each (the rest is in the decision log)."""
     event = record["event"]
@@ -100,14 +119,15 @@ def list_ops() -> None:
               help="Candidates per measurement batch. Default: 64 on cuda, 16 on llvm.")
 @click.option("--max-trials", type=click.IntRange(1), default=100_000, show_default=True,
               help="Optional cap on measured candidates; the budget is the main limit.")
-@click.option("--seed", type=int, default=None, help="Random seed, for a repeatable search.")
+@_seed_options
 @click.option("--json-out", type=click.Path(dir_okay=False), default=None, help="Also write the result here.")
 @_experience_options
-def tune_op(name, budget, target, work_dir, strategy, pipeline, trials_per_batch, max_trials, seed, json_out,
-            experience_dir, no_experience) -> None:
+def tune_op(name, budget, target, work_dir, strategy, pipeline, trials_per_batch, max_trials, seed, repeatable,
+            json_out, experience_dir, no_experience) -> None:
     """Tune the operator workload NAME (see `kb-tvm ops`) within a wall-clock budget."""
     from kb_tvm.workloads import get_workload
 
+    _check_repeatable(repeatable, seed, strategy)
     try:
         workload = get_workload(name)
     except ValueError as err:
@@ -134,7 +154,7 @@ def tune_op(name, budget, target, work_dir, strategy, pipeline, trials_per_batch
 
     result = tune_operator(workload, target=tvm_target, budget=budget, work_dir=work_dir, strategy=strategy,
                            pipeline=pipeline, trials_per_batch=trials_per_batch, max_trials=max_trials, seed=seed,
-                           on_progress=progress, on_event=_show_event, quiet=True, experience=experience)
+                           repeatable=repeatable, on_progress=progress, on_event=_show_event, quiet=True, experience=experience)
     if result.final_ms is None:
         _fail(f"no candidate of {name} built and ran in {format_seconds(result.seconds)}; see {work_dir}/logs")
     click.echo(f"best {result.final_ms:.4f} ms ({result.gflops:.1f} GFLOP/s, re-timed), "
@@ -166,16 +186,17 @@ def _writable_dir(work_dir: Path) -> None:
               help="Records, logs, model.so and the report. Default: ./kb-work/MODEL_STEM")
 @click.option("--trials-per-batch", type=click.IntRange(1), default=None,
               help="Candidates per measurement batch. Default: 64 on cuda, 16 on llvm.")
-@click.option("--seed", type=int, default=None, help="Random seed, for a repeatable search.")
+@_seed_options
 @click.option("--strategy", type=click.Choice(["kb", "evolutionary"]), default="kb", show_default=True,
               help="kb (KBTaskScheduler + KBSearch) or stock MetaSchedule, for a side-by-side run.")
 @_pipeline_option
 @click.option("--resume", is_flag=True, help="Continue an interrupted run in --work-dir: its records stay, "
               "its seconds count, finished tasks get no more.")
 @_experience_options
-def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, strategy, pipeline, resume,
-                       experience_dir, no_experience) -> None:
+def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, repeatable, strategy, pipeline,
+                       resume, experience_dir, no_experience) -> None:
     """Tune an ONNX model within a wall-clock budget; export a library and a report."""
+    _check_repeatable(repeatable, seed, strategy)
     from .measure.targets import describe, make_target
     from .model_tuning import ModelError, load_onnx, read_state, to_relax, tune_model
 
@@ -206,7 +227,8 @@ def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, 
 
     try:
         report = tune_model(onnx_model, name=str(model), target=tvm_target, budget=budget, work_dir=work_dir,
-                            trials_per_batch=trials_per_batch, seed=seed, strategy=strategy, pipeline=pipeline,
+                            trials_per_batch=trials_per_batch, seed=seed, repeatable=repeatable, strategy=strategy,
+                            pipeline=pipeline,
                             resume=resume, experience=experience, on_event=show)
     except ModelError as err:
         _fail(str(err))

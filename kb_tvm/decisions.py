@@ -200,6 +200,16 @@ def batch_size(remaining_seconds: float, cost: MeasurementCost, preferred: int, 
     return max(1, n)
 
 
+def warm_start_batch(borrowed: int, cost: MeasurementCost, remaining_seconds: float, preferred: int) -> int:
+    """Size of the first batch when similar workloads lent schedules: those alone when a batch's
+    fixed cost is small (at most 5% of what is left: kb's pipeline), so their gain shows at
+    once and steers the next batch; else a full batch, not to pay a large fixed cost (stock's
+    pipeline: ~45 s on a GPU) for a handful of candidates."""
+    if 0 < borrowed < preferred and cost.per_batch <= 0.05 * remaining_seconds:
+        return borrowed
+    return preferred
+
+
 def overruns(remaining_seconds: float, batch_seconds: float) -> bool:
     """A batch that would spend more than half of itself past the budget is not started."""
     return remaining_seconds < 0.5 * batch_seconds

@@ -1,6 +1,6 @@
 """`kb-tvm tune MODEL.onnx`: ONNX -> Relax -> KBTaskScheduler + KBSearch -> a deployable
-library and a report. Records stay in TVM's JSONDatabase in the work dir, so stock
-`compile_relax` can use them too."""
+library and a report. Records stay in TVM's JSONDatabase files in the work dir (one record per
+schedule, see `RecordDatabase`), so stock `compile_relax` can use them too."""
 
 from __future__ import annotations
 
@@ -152,6 +152,7 @@ def tune_model(
     work_dir: str | Path,
     trials_per_batch: int | None = None,
     seed: int | None = None,
+    repeatable: bool = False,
     strategy: str = "kb",
     pipeline: str = "kb",
     resume: bool = False,
@@ -164,6 +165,7 @@ def tune_model(
     export `work_dir/model.so`, write `report.json`, `report.md` and `latency.png`, and return
     the report. strategy "evolutionary" runs stock MetaSchedule instead (gradient task
     scheduler and EvolutionarySearch, stopped at the same wall budget), for side-by-side runs.
+    seed, repeatable: see KBSearch's options of those names.
     resume: continue an interrupted run in `work_dir` (kb only): its records stay, its seconds
     count against the budget, and tasks it finished get no more. builder/runner: MetaSchedule's
     (e.g. an RPCRunner); default local, kb's persistent ones or stock's as `pipeline` says.
@@ -171,8 +173,14 @@ def tune_model(
     only); None: cold."""
     from tvm.s_tir import meta_schedule as ms
 
-    from .adapter import KBSearch, KBTaskScheduler, ProgressRecorder, TimeCappedSearch
-    from .tuning import PIPELINES, STRATEGIES, measurement_pipeline, remeasure_top
+    from .adapter import (
+        KBSearch,
+        KBTaskScheduler,
+        ProgressRecorder,
+        RecordDatabase,
+        TimeCappedSearch,
+    )
+    from .tuning import PIPELINES, STRATEGIES, measurement_pipeline
 
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
@@ -212,19 +220,22 @@ def tune_model(
         scheduler = KBTaskScheduler(budget=tuning_budget, on_event=emit, default_latency=default_latency,
                                     earlier=[TaskStats(**t) for t in earlier["tasks"]] if earlier else None,
                                     experience=experience)
-        search = KBSearch(budget=tuning_budget, seed=seed, experience=experience,
-                          remeasure_top=remeasure_top(pipeline))
+        search = KBSearch(budget=tuning_budget, seed=seed, repeatable=repeatable, experience=experience,
+                          log_dir=str(work_dir / "kb_logs"))
         cost_model = "random"
     else:
         scheduler, search, cost_model = "gradient", TimeCappedSearch(budget=tuning_budget), "xgb"
     is_cuda = target.kind.name == "cuda"
+    database = RecordDatabase(work_dir=work_dir)
+    recorder = ProgressRecorder(on_progress=measured)
     with measurement_pipeline(target, pipeline, builder, runner) as (builder, runner), guard_metaschedule_logger():
-        database = ms.relax_integration.tune_relax(
-            mod, params={}, target=target, work_dir=str(work_dir), max_trials_global=1_000_000,
+        ms.relax_integration.tune_relax(
+            mod, params={}, target=target, work_dir=str(work_dir), max_trials_global=1_000_000, database=database,
             num_trials_per_iter=trials_per_batch or (64 if is_cuda else 16), cost_model=cost_model,
             builder=builder, runner=runner, strategy=search, task_scheduler=scheduler, seed=seed,
-            measure_callbacks=ms.MeasureCallback.create("default") + [ProgressRecorder(on_progress=measured)],
+            measure_callbacks=ms.MeasureCallback.create("default") + [recorder],
         )
+    database.compact()
     stats = scheduler.stats if strategy == "kb" else []  # stock keeps no per-task seconds
     seconds = tuning_budget.spent
     if strategy == "kb":
@@ -246,7 +257,7 @@ def tune_model(
     report = {
         "model": name, "target": str(target.export()), "pipeline": pipeline, "budget_s": tuning_budget.total,
         "strategy": strategy, "seconds_spent": seconds,
-        "trials": len(database.get_all_tuning_records()),
+        "trials": recorder.trials, "schedules_measured": len(database),
         "latency_untuned_ms": untuned_latency * 1e3, "latency_tuned_ms": tuned_latency * 1e3,
         "speedup": untuned_latency / tuned_latency,
         "numerics": {"checked_against": reference_name, "ok": mismatch is None, "mismatch": mismatch},

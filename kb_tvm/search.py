@@ -46,6 +46,9 @@ class SearchOptions:
     min_total_gain: float = 0.005
     patience: int = 3
     seed: int | None = None
+    # same seed, same draws: samples replayed from explicit seeds in a fixed order, and no
+    # time limit on how many are drawn (slower sampling; the budget itself stays wall-clock)
+    repeatable: bool = False
 
 
 @dataclass
@@ -140,6 +143,8 @@ class TaskSearch:
         preferred = min(self.trials_per_batch, self.max_trials - self.trials)
         n = decisions.batch_size(self.budget.remaining, self.cost, preferred=preferred,
                                  minimum=min(max(self.num_cores, preferred // 4), preferred))
+        if not self.batches:
+            n = decisions.warm_start_batch(len(self.pinned), self.cost, self.budget.remaining, n)
         if self.batches and decisions.overruns(self.budget.remaining, self.cost.batch_seconds(n)):
             self.stop(f"the next batch (~{self.cost.batch_seconds(n):.0f}s) would overrun the "
                        f"{self.budget.remaining:.0f}s left by more than half")
@@ -204,8 +209,8 @@ class TaskSearch:
     # ------------------------------------------------------------ coarse phase
     def _sample_regions(self) -> None:
         started = time.monotonic()
-        # sampling is cheap, but never let it eat more than 5% of the budget
-        deadline = started + max(2.0, 0.05 * self.budget.remaining)
+        # sampling is cheap, but never let it eat more than 5% of the budget (unless repeatable)
+        deadline = math.inf if self.opt.repeatable else started + max(2.0, 0.05 * self.budget.remaining)
         chunk = 8 * self.workers
         for space_index in range(len(self.spaces)):
             found, tries = 0, 0
@@ -268,8 +273,7 @@ class TaskSearch:
         unmeasured = [c for c in self.pool if not c.measured and not c.failures]
         # one prediction over the pool, not one per region and round
         ranked = [unmeasured[i] for i in np.argsort(self._rank_keys(unmeasured))] if unmeasured else []
-        # borrowed schedules first, in a full batch: on a GPU a batch costs ~45 s before its
-        # first candidate (measured), so a small warm-start batch would waste most of it
+        # borrowed schedules first (alone when a batch's fixed cost is small: warm_start_batch)
         chosen: list[Candidate] = self.pinned[:n]
         self.pinned = self.pinned[len(chosen):]
         chosen_ids: set[int] = {id(c) for c in chosen}
@@ -378,6 +382,8 @@ class TaskSearch:
         attempts = 0
         # proposing is the search's own cost: at most ~5% of what the batch will cost
         deadline = time.monotonic() + max(1.0, 0.05 * self.cost.batch_seconds(count // self.opt.proposals_per_trial))
+        if self.opt.repeatable:
+            deadline = math.inf
         spaces = sorted({int(name.split("/")[0][1:]) for name in kept}) or list(range(len(self.spaces)))
         while len(proposals) < count and attempts < 4 * count and time.monotonic() < deadline:
             jobs, fresh = [], 0
@@ -390,8 +396,8 @@ class TaskSearch:
                     continue
                 parent = elites[self.rng.choice(len(elites), p=rank_weights)]
                 mutator = mutators[self.rng.choice(len(mutators), p=weights)][0]
-                try:
-                    trace = mutator.apply(parent.sch.trace)
+                try:  # an explicit seed: Mutator.apply would draw one from the OS
+                    trace = mutator_apply(mutator, parent.sch.trace, int(self.rng.integers(1, 1 << 30)))
                 except Exception:  # noqa: BLE001 - a mutator may reject a trace; try another
                     trace = None
                 if trace is not None:
@@ -425,8 +431,15 @@ class TaskSearch:
 
     def _sample_space(self, space_index: int, count: int) -> list[Candidate]:
         """`count` random valid samples of one design space, drawn by MetaSchedule's own
-        multi-threaded ReplayTrace (faster than replaying from Python), then verified."""
+        multi-threaded ReplayTrace (faster than replaying from Python), then verified. Repeatable:
+        replayed here from explicit seeds instead (ReplayTrace's draws depend on which thread
+        takes which sample)."""
         from tvm.s_tir.meta_schedule.search_strategy import ReplayTrace
+        from tvm.s_tir.schedule import Trace
+
+        if self.opt.repeatable:
+            design = self.spaces[space_index].trace
+            return self._realize([(Trace(design.insts, {}), space_index, "sample")] * count)
 
         sampler = self.samplers.get(space_index)
         if sampler is None:
@@ -554,6 +567,13 @@ class TaskSearch:
                            best_regions=list(best.regions) if best else None,
                            best_measurements=len(best.latencies) if best else 0,
                            budget_spent_s=self.budget.spent, budget_left_s=self.budget.remaining)
+
+
+def mutator_apply(mutator, trace, seed: int):
+    """MetaSchedule's Mutator.apply with the seed given (its Python API always passes -1: the OS's)."""
+    from tvm.s_tir.meta_schedule import _ffi_api
+
+    return _ffi_api.MutatorApply(mutator, trace, seed)
 
 
 def lowers_cleanly(mod, target) -> bool:

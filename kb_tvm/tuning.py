@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -14,6 +13,7 @@ from pathlib import Path
 
 from .budget import TuningBudget
 from .logger_guard import guard_metaschedule_logger
+from .measure.records import record_latency
 from .measure.targets import available_cpus, physical_cores
 
 STRATEGIES = ("kb", "evolutionary")
@@ -28,7 +28,7 @@ class TuneResult:
     seconds: float
     trials: int
     failed: int
-    best_ms: float | None  # best single measurement during tuning
+    best_ms: float | None  # the best record's latency during tuning (median of its measurements)
     final_ms: float | None  # the best schedule re-timed after tuning (the number to trust)
     gflops: float | None
     work_dir: str
@@ -43,17 +43,19 @@ class TuneResult:
 PIPELINES = ("kb", "stock")
 
 
-def default_builder(target, pipeline: str = "kb"):
-    """Builds on every core (GPU: every CPU this process may use, 120 s each: a cold GPU machine
-    timed out at 30 s). kb: KBBuilder's persistent workers; stock: MetaSchedule's LocalBuilder."""
+def default_builder(target, pipeline: str = "kb", stream_to=None):
+    """Builds on every core (GPU: every CPU this process may use but one, left to the measuring
+    process; 120 s each: a cold GPU machine timed out at 30 s). kb: KBBuilder's persistent
+    workers, handing each candidate to `stream_to` (a KBRunner) as soon as it is built; stock:
+    MetaSchedule's LocalBuilder."""
     from tvm.s_tir import meta_schedule as ms
 
     is_cuda = target.kind.name == "cuda"
-    workers, timeout = (available_cpus(), 120) if is_cuda else (physical_cores(), 30)
+    workers, timeout = (max(1, available_cpus() - 1), 120) if is_cuda else (physical_cores(), 30)
     if pipeline == "kb":
         from .adapter import KBBuilder
 
-        return KBBuilder(workers=workers, timeout_s=timeout)
+        return KBBuilder(workers=workers, timeout_s=timeout, stream_to=stream_to)
     return ms.builder.LocalBuilder(max_workers=workers, timeout_sec=timeout)
 
 
@@ -68,28 +70,21 @@ def default_runner(target, pipeline: str = "kb"):
     return ms.runner.LocalRunner(timeout_sec=30)
 
 
-def remeasure_top(pipeline: str) -> int:
-    """How many of the best candidates KBSearch measures again: none on kb's pipeline, whose
-    record is already a stable median (a re-measure would add a second record for the same
-    schedule); KBSearch's default on stock's, whose single noisy sample can flatter a schedule."""
-    from .search import SearchOptions
-
-    return 0 if pipeline == "kb" else SearchOptions.remeasure_top
-
-
 @contextmanager
 def measurement_pipeline(target, pipeline: str = "kb", builder=None, runner=None):
     """(builder, runner) for a tune: those given, else `pipeline`'s defaults for the target.
-    The ones made here have their worker processes stopped when the block ends."""
+    The ones made here have their worker processes stopped when the block ends. kb's defaults
+    on a GPU stream: each candidate is timed as soon as it is built, while the rest build."""
     if pipeline not in PIPELINES:
         raise ValueError(f"unknown pipeline {pipeline!r}: use one of {', '.join(PIPELINES)}")
     made = []
-    if builder is None:
-        builder = default_builder(target, pipeline)
-        made.append(builder)
+    streams = pipeline == "kb" and target.kind.name == "cuda" and runner is None
     if runner is None:
         runner = default_runner(target, pipeline)
         made.append(runner)
+    if builder is None:
+        builder = default_builder(target, pipeline, stream_to=runner if streams else None)
+        made.append(builder)
     try:
         yield builder, runner
     finally:
@@ -122,6 +117,7 @@ def tune_operator(
     builder=None,
     runner=None,
     seed: int | None = None,
+    repeatable: bool = False,
     on_progress: Callable[[dict], None] | None = None,
     on_event: Callable[[dict], None] | None = None,
     quiet: bool = False,
@@ -131,11 +127,12 @@ def tune_operator(
     (EvolutionarySearch stopped at the budget). Builder and runner default to local ones.
     on_progress gets the anytime curve's points, on_event KBSearch's decision-log events.
     pipeline: the builder and runner when none are given: kb's persistent ones or stock's.
+    seed, repeatable: see KBSearch's options of those names.
     quiet: keep MetaSchedule's per-batch tables out of the console (they still go to work_dir/logs).
     experience: a kb_tvm.Experience to warm-start from and add to (kb only); None: cold."""
     from tvm.s_tir import meta_schedule as ms
 
-    from .adapter import KBSearch, ProgressRecorder, TimeCappedSearch
+    from .adapter import KBSearch, ProgressRecorder, RecordDatabase, TimeCappedSearch
 
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
@@ -155,8 +152,8 @@ def tune_operator(
             on_event(record)
 
     if strategy == "kb":
-        search = KBSearch(budget=tuning_budget, seed=seed, on_event=event, experience=experience,
-                          remeasure_top=remeasure_top(pipeline))
+        search = KBSearch(budget=tuning_budget, seed=seed, repeatable=repeatable, on_event=event,
+                          experience=experience, log_dir=str(work_dir / "kb_logs"))
         cost_model = "random"  # KBSearch trains its own model; skip training the stock one
     else:
         search = TimeCappedSearch(budget=tuning_budget)
@@ -175,23 +172,26 @@ def tune_operator(
     import tvm.s_tir.tensor_intrin  # noqa: F401
 
     recorder = ProgressRecorder(on_progress=progress)
+    database = RecordDatabase(work_dir=work_dir)
     tuning_budget.start()  # the rest of the job counts, MetaSchedule's own set-up included
     started = time.monotonic()
     with measurement_pipeline(target, pipeline, builder, runner) as (builder, runner), guard_metaschedule_logger():
-        database = ms.tune_tir(
-            _named_module(workload), target, str(work_dir), max_trials_global=max_trials,
+        ms.tune_tir(
+            _named_module(workload), target, str(work_dir), max_trials_global=max_trials, database=database,
             num_trials_per_iter=trials_per_batch, builder=builder, runner=runner, cost_model=cost_model,
             measure_callbacks=ms.MeasureCallback.create("default") + [recorder],
             space=_space_for(workload, target), strategy=search, seed=seed,
             num_tuning_cores=cores,
         )
     seconds = time.monotonic() - started
+    database.compact()
+    best_ms = best_record_ms(workload, target, database)
     final_ms = time_best(workload, target, database)
-    best = final_ms if final_ms is not None else (None if math.isinf(recorder.best_ms) else recorder.best_ms)
+    best = final_ms if final_ms is not None else best_ms
     result = TuneResult(
         workload=workload.name, strategy=strategy, target=json.dumps(dict(target.export()), default=str),
         budget_s=budget_total, seconds=seconds, trials=recorder.trials, failed=recorder.failed,
-        best_ms=None if math.isinf(recorder.best_ms) else recorder.best_ms, final_ms=final_ms,
+        best_ms=best_ms, final_ms=final_ms,
         gflops=None if best is None else workload.flops / (best * 1e-3) / 1e9, work_dir=str(work_dir),
         curve=recorder.curve, stop_reason=stop_reasons[0] if stop_reasons else "budget spent", pipeline=pipeline)
     (work_dir / "result.json").write_text(json.dumps(result.to_json(), indent=1))
@@ -205,6 +205,14 @@ def _named_module(workload):
 
     func = next(iter(workload.module().functions.values()))
     return tvm.IRModule({workload.name.replace("-", "_"): func})
+
+
+def best_record_ms(workload, target, database) -> float | None:
+    """The latency of the record `time_best` re-times and a build would deploy: the median of
+    its measurements, in ms."""
+    record = database.query_tuning_record(workload.module(), target, "main")
+    latency = None if record is None else record_latency(record.run_secs)
+    return None if latency is None else latency * 1e3
 
 
 def time_best(workload, target, database, repeat: int = 10) -> float | None:

@@ -109,3 +109,13 @@ def test_one_small_batch_with_a_large_fixed_cost_does_not_inflate_the_per_candid
     cheap.observe_batch(16, 0.01, 18.0)
     assert cheap.per_candidate == pytest.approx(18.0 / 16) and cheap.per_batch == pytest.approx(0.0)
     assert batch_size(62.0, cost, preferred=32, minimum=4) >= 4
+
+
+def test_borrowed_schedules_go_alone_when_a_batch_is_cheap_to_start():
+    cheap = MeasurementCost(0.3, per_batch=0.5)  # kb's pipeline
+    costly = MeasurementCost(1.1, per_batch=45.0)  # stock's on a GPU
+    assert decisions.warm_start_batch(4, cheap, remaining_seconds=120, preferred=64) == 4
+    assert decisions.warm_start_batch(4, costly, remaining_seconds=120, preferred=64) == 64
+    assert decisions.warm_start_batch(4, costly, remaining_seconds=36_000, preferred=64) == 4  # a 10-h job
+    assert decisions.warm_start_batch(0, cheap, remaining_seconds=120, preferred=64) == 64  # nothing borrowed
+    assert decisions.warm_start_batch(80, cheap, remaining_seconds=120, preferred=64) == 64  # more than a batch

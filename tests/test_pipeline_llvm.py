@@ -98,3 +98,47 @@ def test_stock_evolutionary_search_runs_on_kb_builder_and_runner_with_one_record
     assert len(records) == 16
     assert len({str(r.trace) for r in records}) == 16  # one record per candidate
     assert all(r.run_secs is not None and len(r.run_secs) == 1 for r in records)  # its median
+
+
+def test_a_streaming_builder_hands_each_candidate_to_the_runner_once(llvm_target):
+    """kb's GPU default: each library goes to the measuring thread as soon as it is built; the
+    runner then waits for those measurements instead of starting new ones."""
+    from kb_tvm.adapter import KBBuilder, KBRunner
+
+    runner = KBRunner(device="cpu", timeout_s=5)
+    builder = KBBuilder(workers=2, timeout_s=60, stream_to=runner)
+    try:
+        adds, hangs, _ = _kernels()
+        results = _batch(builder, runner, [adds, hangs, adds, adds], llvm_target)
+        assert [r.error_msg is None for r in results] == [True, False, True, True]
+        assert "timeout" in results[1].error_msg  # a hang still fails alone, streamed or not
+        assert runner.measurer.measured == 4  # measured once each, though build and run both asked
+        again = _batch(builder, runner, [adds] * 3, llvm_target)
+        assert all(r.error_msg is None for r in again) and runner.measurer.measured == 7
+    finally:
+        builder.close()
+        runner.close()
+
+
+def test_streaming_in_a_real_tune_times_each_candidate_once(llvm_target, tmp_path):
+    """MetaSchedule's own loop around a streaming builder: the runner receives each candidate
+    with the arguments the builder guessed, so nothing is timed twice."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from kb_tvm import ProgressRecorder, guard_metaschedule_logger
+    from kb_tvm.adapter import KBBuilder, KBRunner
+    from kb_tvm.workloads import get_workload
+
+    runner = KBRunner(device="cpu", timeout_s=30)
+    builder = KBBuilder(workers=2, timeout_s=60, stream_to=runner)
+    recorder = ProgressRecorder()
+    try:
+        with guard_metaschedule_logger():
+            ms.tune_tir(get_workload("gemm-128").module(), llvm_target, str(tmp_path), max_trials_global=16,
+                        num_trials_per_iter=8, builder=builder, runner=runner, cost_model="random",
+                        measure_callbacks=ms.MeasureCallback.create("default") + [recorder])
+    finally:
+        builder.close()
+        runner.close()
+    assert recorder.trials == 16 and recorder.failed < recorder.trials
+    assert recorder.trials - recorder.failed <= runner.measurer.measured <= recorder.trials

@@ -13,7 +13,9 @@ Here:
 - `Measurer`: one persistent measuring process per device. It keeps the arguments of the last
   few tasks, times under a `TimingPolicy` (adaptive repeats, a median, a race against the best),
   and is restarted after a candidate that crashed, hung or, on a GPU, may have broken the CUDA
-  context; that candidate fails and the tune goes on.
+  context; that candidate fails and the tune goes on. Measurements run one at a time on its own
+  thread (`submit`), so a batch's first candidates can be timed while the rest still build
+  (streaming: the builder hands each library over as soon as it is built).
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ import math
 import shutil
 import subprocess
 import tempfile
+import time
 import weakref
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
 from . import workers
@@ -39,6 +44,7 @@ class Outcome:
     error: str | None = None
     seconds: float = 0.0
     pid: int | None = None
+    finished: float = 0.0  # time.monotonic() when it came back
 
 
 def _failure(err: BaseException, what: str, timeout_s: float) -> str:
@@ -70,18 +76,22 @@ class BuildPool:
         self._warming = [self._pool.submit(workers.pid) for _ in range(workers_count)]
         self._finalizer = weakref.finalize(self, _close_pool, self._pool, self.artifact_dir)
 
-    def build(self, pairs: list) -> list[Outcome]:
-        futures = [self._pool.submit(workers.build, mod, target, self.artifact_dir) for mod, target in pairs]
-        outcomes = []
-        for future in futures:
+    def build(self, pairs: list, on_built: Callable[[int, Outcome], None] | None = None) -> list[Outcome]:
+        """on_built(index, outcome) is called as each candidate finishes, in the order they do."""
+        futures = {self._pool.submit(workers.build, mod, target, self.artifact_dir): index
+                   for index, (mod, target) in enumerate(pairs)}
+        outcomes: list[Outcome | None] = [None] * len(pairs)
+        for future in as_completed(futures):
             try:
                 path, seconds, pid = future.result()
+                outcome = Outcome(value=path, seconds=seconds, pid=pid, finished=time.monotonic())
             except _OUR_BUGS:
                 raise
             except Exception as err:  # noqa: BLE001 - whatever TVM raised: this candidate failed to build
-                outcomes.append(Outcome(error=_failure(err, "build", self.timeout_s)))
-                continue
-            outcomes.append(Outcome(value=path, seconds=seconds, pid=pid))
+                outcome = Outcome(error=_failure(err, "build", self.timeout_s), finished=time.monotonic())
+            outcomes[futures[future]] = outcome
+            if on_built is not None:
+                on_built(futures[future], outcome)
         return outcomes
 
     def worker_pids(self) -> set[int]:
@@ -111,10 +121,17 @@ class Measurer:
         self.timeout_s = float(timeout_s)
         self.restarts = 0
         self.best_s: dict[tuple, float] = {}  # per argument signature: the race's reference
+        self.measured = 0
         self._worker = PopenWorker(stdout=subprocess.DEVNULL)
-        self._finalizer = weakref.finalize(self, self._worker.kill)
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="kb-measure")  # one at a time: one device
+        self._finalizer = weakref.finalize(self, _close_measurer, self._thread, self._worker)
+
+    def submit(self, artifact: str, signature: tuple) -> Future:
+        """Measure on the measuring thread, after what was submitted before; a Future of its Outcome."""
+        return self._thread.submit(self.measure, artifact, signature)
 
     def measure(self, artifact: str, signature: tuple) -> Outcome:
+        self.measured += 1
         best = self.best_s.get(signature)
         self._worker.send(workers.measure, (artifact, self.device_type, self.device_id, signature, self.policy,
                                             best), timeout=self.timeout_s)
@@ -125,18 +142,31 @@ class Measurer:
         except Exception as err:  # noqa: BLE001 - a candidate that failed to load or run
             if isinstance(err, (TimeoutError, ChildProcessError)) or self.device_type != "cpu":
                 self._restart()  # hung, dead, or a GPU context the fault may have broken
-            return Outcome(error=_failure(err, "run", self.timeout_s))
+            return Outcome(error=_failure(err, "run", self.timeout_s), finished=time.monotonic())
         if report["verdict"] != "slow":
             self.best_s[signature] = min(report["median_s"], self.best_s.get(signature, math.inf))
-        return Outcome(value=report, seconds=report["load_s"] + report["timed_s"], pid=report["pid"])
+        return Outcome(value=report, seconds=report["load_s"] + report["timed_s"], pid=report["pid"],
+                       finished=time.monotonic())
 
     def _restart(self) -> None:
         self.restarts += 1
         self._worker.kill()  # the next send starts a fresh process
 
+    def start(self) -> Future:
+        """Start the measuring process (if it is not running) without waiting; a Future of its id."""
+        return self._thread.submit(self._ask_pid)
+
     def pid(self) -> int:
+        return self.start().result()
+
+    def _ask_pid(self) -> int:
         self._worker.send(workers.pid, ())
         return self._worker.recv()
 
     def close(self) -> None:
         self._finalizer()
+
+
+def _close_measurer(thread: ThreadPoolExecutor, worker) -> None:
+    thread.shutdown(wait=False, cancel_futures=True)
+    worker.kill()  # a measurement still running fails at once

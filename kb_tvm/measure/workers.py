@@ -17,9 +17,10 @@ _KEEP_ARGS = 4
 
 
 def warm_up() -> int:
-    """Import what every build needs (the tensor intrinsics' registration takes seconds); the PID."""
+    """Import what every build needs; the PID. Not TVM's tensor intrinsics: a candidate comes
+    tensorized already, and registering them took 15 workers 53 s on the H200 host, against
+    8 s without (bench-results/h200-warmup.py; the same candidates built the same)."""
     import tvm.driver  # noqa: F401
-    import tvm.s_tir.tensor_intrin  # noqa: F401
     import tvm.s_tir.transform  # noqa: F401
 
     return os.getpid()
