@@ -367,7 +367,8 @@ class KBBuilder(PyBuilder):
     def __init__(self, *, workers: int, timeout_s: float = 30.0, builds_per_worker: int = 256,
                  stream_to: KBRunner | None = None) -> None:
         super().__init__()
-        _check("stream_to", stream_to, stream_to is None or hasattr(stream_to, "prefetch"), "must be a KBRunner or None")
+        _check("stream_to", stream_to, stream_to is None or hasattr(stream_to, "prefetch"),
+               "must be a KBRunner or None")
         self.pool = BuildPool(workers_count=workers, timeout_s=timeout_s, builds_per_worker=builds_per_worker)
         self.stream_to = stream_to
         self.last_batch: list = []  # the last batch's Outcomes: seconds and worker per candidate

@@ -120,14 +120,16 @@ def fidelity(candidates, recorded: list[float | None], target, top: int = 10, ro
             "retime_spread_median": statistics.median(r["retime_spread"] for r in rows) if rows else None}
 
 
-def make_pipelines(target) -> dict:
-    """Each pipeline's builder and runner as a tune makes them (kb's streams on a GPU)."""
+def make_pipelines(target, names=("stock", "kb")) -> dict:
+    """The named pipelines' builders and runners as a tune makes them (kb's streams on a GPU)."""
     from .tuning import default_builder, default_runner
 
-    kb_runner = default_runner(target, "kb")
-    streams = kb_runner if target.kind.name == "cuda" else None
-    return {"stock": (default_builder(target, "stock"), default_runner(target, "stock")),
-            "kb": (default_builder(target, "kb", stream_to=streams), kb_runner)}
+    pipelines = {}
+    for name in names:
+        runner = default_runner(target, name)
+        streams = runner if name == "kb" and target.kind.name == "cuda" else None
+        pipelines[name] = (default_builder(target, name, stream_to=streams), runner)
+    return pipelines
 
 
 @click.command()
@@ -150,7 +152,7 @@ def main(workload_name, target, sizes, seed, pipelines, out) -> None:
                f"sampled in {time.perf_counter() - started:.1f}s")
     report = {"workload": workload_name, "target": dict(tvm_target.export()), "sizes": sizes, "seed": seed,
               "pipelines": {}}
-    pipelines = {name: pair for name, pair in make_pipelines(tvm_target).items() if name in pipelines.split(",")}
+    pipelines = make_pipelines(tvm_target, [name for name in ("stock", "kb") if name in pipelines.split(",")])
     batches = {name: [] for name in pipelines}
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     for size in [sizes[0]] + sizes:  # the first round is each pipeline's cold start

@@ -154,7 +154,8 @@ def tune_op(name, budget, target, work_dir, strategy, pipeline, trials_per_batch
 
     result = tune_operator(workload, target=tvm_target, budget=budget, work_dir=work_dir, strategy=strategy,
                            pipeline=pipeline, trials_per_batch=trials_per_batch, max_trials=max_trials, seed=seed,
-                           repeatable=repeatable, on_progress=progress, on_event=_show_event, quiet=True, experience=experience)
+                           repeatable=repeatable, on_progress=progress, on_event=_show_event, quiet=True,
+                           experience=experience)
     if result.final_ms is None:
         _fail(f"no candidate of {name} built and ran in {format_seconds(result.seconds)}; see {work_dir}/logs")
     click.echo(f"best {result.final_ms:.4f} ms ({result.gflops:.1f} GFLOP/s, re-timed), "

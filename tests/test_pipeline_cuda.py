@@ -3,6 +3,7 @@ context (an illegal address) or never ends fails alone; the process is replaced 
 candidates are timed. Skipped where there is no CUDA GPU (CI); run on the H200."""
 
 import pytest
+from pipeline_helpers import build_and_run
 
 from kb_tvm.measure.targets import cuda_available
 
@@ -31,18 +32,6 @@ def _kernels():
     return adds, faults, hangs
 
 
-def _batch(builder, runner, funcs, target):
-    import tvm
-    from tvm.s_tir import meta_schedule as ms
-
-    mods = [tvm.IRModule({"main": f}) for f in funcs]
-    built = builder.build([ms.builder.BuilderInput(mod, target) for mod in mods])
-    assert [b.error_msg for b in built] == [None] * len(funcs), [b.error_msg for b in built]
-    inputs = [ms.runner.RunnerInput(b.artifact_path, "cuda", ms.arg_info.ArgInfo.from_prim_func(mod["main"]))
-              for b, mod in zip(built, mods)]
-    return [future.result() for future in runner.run(inputs)]
-
-
 def test_a_kernel_that_breaks_the_cuda_context_or_hangs_fails_alone():
     from kb_tvm.adapter import KBBuilder, KBRunner
     from kb_tvm.measure.targets import make_target
@@ -52,12 +41,12 @@ def test_a_kernel_that_breaks_the_cuda_context_or_hangs_fails_alone():
     builder = KBBuilder(workers=4, timeout_s=120, stream_to=runner)
     try:
         adds, faults, hangs = _kernels()
-        results = _batch(builder, runner, [adds, faults, adds, hangs, adds], target)
+        results = build_and_run(builder, runner, [adds, faults, adds, hangs, adds], target)
         errors = [r.error_msg for r in results]
         assert errors[0] is None and errors[2] is None and errors[4] is None, errors
         assert errors[1] and errors[3] and "timeout" in errors[3], errors
         assert runner.measurer.restarts == 2
-        again = _batch(builder, runner, [adds] * 3, target)
+        again = build_and_run(builder, runner, [adds] * 3, target)
         assert all(r.error_msg is None and float(r.run_secs[0]) > 0 for r in again)
     finally:
         builder.close()

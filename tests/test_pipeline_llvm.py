@@ -2,6 +2,7 @@
 live across batches, faults that fail one candidate alone, one record per candidate."""
 
 import pytest
+from pipeline_helpers import build_and_run
 
 pytestmark = pytest.mark.tuning
 
@@ -29,18 +30,6 @@ def _kernels():
     return adds, hangs, crashes
 
 
-def _batch(builder, runner, funcs, target):
-    import tvm
-    from tvm.s_tir import meta_schedule as ms
-
-    mods = [tvm.IRModule({"main": f}) for f in funcs]
-    built = builder.build([ms.builder.BuilderInput(mod, target) for mod in mods])
-    assert [b.error_msg for b in built] == [None] * len(funcs), [b.error_msg for b in built]
-    inputs = [ms.runner.RunnerInput(b.artifact_path, "cpu", ms.arg_info.ArgInfo.from_prim_func(mod["main"]))
-              for b, mod in zip(built, mods)]
-    return [future.result() for future in runner.run(inputs)]
-
-
 @pytest.fixture(scope="module")
 def pipeline():
     from kb_tvm.adapter import KBBuilder, KBRunner
@@ -54,19 +43,19 @@ def pipeline():
 def test_workers_live_across_batches_and_a_hang_or_crash_fails_its_candidate_alone(pipeline, llvm_target):
     builder, runner = pipeline
     adds, hangs, crashes = _kernels()
-    first = _batch(builder, runner, [adds, adds], llvm_target)
+    first = build_and_run(builder, runner, [adds, adds], llvm_target)
     assert all(r.error_msg is None and len(r.run_secs) == 1 and float(r.run_secs[0]) > 0 for r in first)
     build_pids, measure_pid = builder.pool.worker_pids(), runner.measurer.pid()
     assert len(build_pids) == 2
 
-    faulty = _batch(builder, runner, [adds, hangs, adds, crashes, adds], llvm_target)
+    faulty = build_and_run(builder, runner, [adds, hangs, adds, crashes, adds], llvm_target)
     errors = [r.error_msg for r in faulty]
     assert errors[0] is None and errors[2] is None and errors[4] is None  # the ones after a fault too
     assert "timeout, killed after 5 s" in errors[1]
     assert "died" in errors[3]
     assert runner.measurer.restarts == 2
 
-    again = _batch(builder, runner, [adds] * 4, llvm_target)
+    again = build_and_run(builder, runner, [adds] * 4, llvm_target)
     assert all(r.error_msg is None for r in again)
     assert builder.pool.worker_pids() == build_pids  # no build worker was respawned
     assert runner.measurer.pid() != measure_pid  # the measuring process was replaced after the faults
@@ -75,7 +64,7 @@ def test_workers_live_across_batches_and_a_hang_or_crash_fails_its_candidate_alo
 def test_a_report_is_a_median_of_adapted_repeats(pipeline, llvm_target):
     builder, runner = pipeline
     adds, _, _ = _kernels()
-    _batch(builder, runner, [adds], llvm_target)
+    build_and_run(builder, runner, [adds], llvm_target)
     (outcome,) = runner.last_batch
     report = outcome.value
     assert report["verdict"] in ("stable", "capped", "slow")
@@ -109,11 +98,11 @@ def test_a_streaming_builder_hands_each_candidate_to_the_runner_once(llvm_target
     builder = KBBuilder(workers=2, timeout_s=60, stream_to=runner)
     try:
         adds, hangs, _ = _kernels()
-        results = _batch(builder, runner, [adds, hangs, adds, adds], llvm_target)
+        results = build_and_run(builder, runner, [adds, hangs, adds, adds], llvm_target)
         assert [r.error_msg is None for r in results] == [True, False, True, True]
         assert "timeout" in results[1].error_msg  # a hang still fails alone, streamed or not
         assert runner.measurer.measured == 4  # measured once each, though build and run both asked
-        again = _batch(builder, runner, [adds] * 3, llvm_target)
+        again = build_and_run(builder, runner, [adds] * 3, llvm_target)
         assert all(r.error_msg is None for r in again) and runner.measurer.measured == 7
     finally:
         builder.close()

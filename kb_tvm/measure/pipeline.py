@@ -24,7 +24,6 @@ import math
 import shutil
 import subprocess
 import tempfile
-import time
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
@@ -44,7 +43,6 @@ class Outcome:
     error: str | None = None
     seconds: float = 0.0
     pid: int | None = None
-    finished: float = 0.0  # time.monotonic() when it came back
 
 
 def _failure(err: BaseException, what: str, timeout_s: float) -> str:
@@ -84,11 +82,11 @@ class BuildPool:
         for future in as_completed(futures):
             try:
                 path, seconds, pid = future.result()
-                outcome = Outcome(value=path, seconds=seconds, pid=pid, finished=time.monotonic())
+                outcome = Outcome(value=path, seconds=seconds, pid=pid)
             except _OUR_BUGS:
                 raise
             except Exception as err:  # noqa: BLE001 - whatever TVM raised: this candidate failed to build
-                outcome = Outcome(error=_failure(err, "build", self.timeout_s), finished=time.monotonic())
+                outcome = Outcome(error=_failure(err, "build", self.timeout_s))
             outcomes[futures[future]] = outcome
             if on_built is not None:
                 on_built(futures[future], outcome)
@@ -142,11 +140,10 @@ class Measurer:
         except Exception as err:  # noqa: BLE001 - a candidate that failed to load or run
             if isinstance(err, (TimeoutError, ChildProcessError)) or self.device_type != "cpu":
                 self._restart()  # hung, dead, or a GPU context the fault may have broken
-            return Outcome(error=_failure(err, "run", self.timeout_s), finished=time.monotonic())
+            return Outcome(error=_failure(err, "run", self.timeout_s))
         if report["verdict"] != "slow":
             self.best_s[signature] = min(report["median_s"], self.best_s.get(signature, math.inf))
-        return Outcome(value=report, seconds=report["load_s"] + report["timed_s"], pid=report["pid"],
-                       finished=time.monotonic())
+        return Outcome(value=report, seconds=report["load_s"] + report["timed_s"], pid=report["pid"])
 
     def _restart(self) -> None:
         self.restarts += 1
