@@ -85,6 +85,8 @@ def _show_event(record: dict) -> None:
                             for e in record["entries"])
         click.echo(f"warm start from the experience library: {lenders}; prior cost model "
                    f"{record['prior_model'] or 'none'}")
+    elif event == "tile-plan" and not record["fits"]:
+        click.echo(f"design space {record['space']} dropped: {record['why']}")
     elif event == "regions":
         kept = [r["region"] for r in record["regions"] if r["kept"]]
         click.echo(f"fine: kept regions {', '.join(kept)} of {len(record['regions'])}")

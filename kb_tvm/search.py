@@ -10,6 +10,7 @@ best; re-measure the top few; near the end refine only the best; stop when it st
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
@@ -24,6 +25,7 @@ from .decision_log import DecisionLog
 from .schedule_props import schedule_properties
 from .surrogate import EnsembleCostModel, PriorModel
 from .templates import Template
+from .tensor_core_tiles import WmmaLimits, draw_tiles
 from .warm_start import Borrowed, replay_adapted, sketch_kinds
 
 # what a candidate's feature vector holds (MetaSchedule's per-store features summed and
@@ -49,6 +51,9 @@ class SearchOptions:
     # same seed, same draws: samples replayed from explicit seeds in a fixed order, and no
     # time limit on how many are drawn (slower sampling; the budget itself stays wall-clock)
     repeatable: bool = False
+    # WMMA tensor-core sketches: draw tile decisions that fit the GPU's warps and shared memory
+    # (tensor_core_tiles.py) instead of uniformly as MetaSchedule does (~95% of those fail)
+    fitted_tiles: bool = True
 
 
 @dataclass
@@ -107,10 +112,12 @@ class TaskSearch:
         # GPU builds fail often (tensor-core spaces: most stock candidates); lowering without
         # codegen catches those failures in ~20 ms, far cheaper than a build + run slot
         self.verify = context.target.kind.name == "cuda"
+        self.pass_config: dict = {}  # TVM pass options the builds use: lowering is verified under them
         self.workers = self.num_cores
         self.executor = ThreadPoolExecutor(self.workers, thread_name_prefix="kb-search")
         self._local = threading.local()
         self.samplers: dict[int, object] = {}  # design space -> ReplayTrace drawing its samples
+        self.tile_plans: dict = {}  # design space -> (extents, WmmaLimits), "dropped" or None
         self.pool: list[Candidate] = []  # sampled in the coarse phase, not yet measured
         self.measured: list[Candidate] = []
         self.regions: dict[str, decisions.RegionStats] = {}
@@ -420,12 +427,14 @@ class TaskSearch:
                        f"{self.opt.min_total_gain:.1%} for {self.low_gain_rounds} rounds")
 
     # ------------------------------------------------------------ candidates
-    def _realize(self, jobs: list[tuple[object, int, str]], adapt: bool = False) -> list[Candidate]:
+    def _realize(self, jobs: list[tuple[object, int, str]], adapt: bool = False,
+                 tiles: list | None = None) -> list[Candidate]:
         """Replay (trace, space, origin) jobs into postprocessed, verified, new candidates
-        (adapt: fit borrowed tile decisions to this workload). The TVM work runs on `workers`
-        threads (TVM releases the GIL)."""
+        (adapt: fit borrowed tile decisions to this workload; tiles: each job's SamplePerfectTile
+        decisions, in trace order). The TVM work runs on `workers` threads (TVM releases the GIL)."""
         seeds = [int(v) for v in self.rng.integers(1, 1 << 30, size=len(jobs))]
-        work = [(trace, seed, adapt) for (trace, _, _), seed in zip(jobs, seeds)]
+        tiles = tiles or [None] * len(jobs)
+        work = [(trace, seed, adapt, tile) for (trace, _, _), seed, tile in zip(jobs, seeds, tiles)]
         replayed = self.executor.map(self._replay, work)
         return self._admit([(sch, reason, space, origin) for (sch, reason), (_, space, origin) in zip(replayed, jobs)])
 
@@ -437,8 +446,14 @@ class TaskSearch:
         from tvm.s_tir.meta_schedule.search_strategy import ReplayTrace
         from tvm.s_tir.schedule import Trace
 
+        design = self.spaces[space_index].trace
+        plan = self._tile_plan(space_index)
+        if plan == "dropped":
+            return []
+        if plan is not None:  # tiles that fit the GPU, replayed here
+            tiles = [draw_tiles(self.rng, *plan) for _ in range(count)]
+            return self._realize([(Trace(design.insts, {}), space_index, "sample")] * count, tiles=tiles)
         if self.opt.repeatable:
-            design = self.spaces[space_index].trace
             return self._realize([(Trace(design.insts, {}), space_index, "sample")] * count)
 
         sampler = self.samplers.get(space_index)
@@ -452,8 +467,25 @@ class TaskSearch:
         checked = self.executor.map(self._verify, [c.sch for c in drawn])
         return self._admit([(sch, reason, space_index, "sample") for sch, reason in checked])
 
+    def _tile_plan(self, space_index: int):
+        """(loop extents in fragments, WmmaLimits) when the space is MetaSchedule's WMMA sketch
+        and fitted tiles are on; "dropped" when no tiling of it fits the GPU; else None. Logged
+        once per space."""
+        if space_index not in self.tile_plans:
+            plan = wmma_tile_plan(self.spaces[space_index].trace, self.ctx) if self.opt.fitted_tiles else None
+            if plan is not None:
+                extents, limits = plan
+                fits = draw_tiles(self.rng, extents, limits) is not None
+                self.log.write("tile-plan", space=space_index, sketch="wmma", extents=list(extents),
+                               max_warps=limits.max_warps, max_shared_bytes=limits.max_shared_bytes,
+                               fits=fits, why=None if fits else "no tiling of this sketch fits the GPU's "
+                               "warps and shared memory in 10000 draws: the sketch is dropped")
+                plan = plan if fits else "dropped"
+            self.tile_plans[space_index] = plan
+        return self.tile_plans[space_index]
+
     def _verify(self, sch) -> tuple[object | None, str | None]:
-        if self.verify and not lowers_cleanly(sch.mod, self.ctx.target):
+        if self.verify and not lowers_cleanly(sch.mod, self.ctx.target, self.pass_config):
             return None, "verify"
         return sch, None
 
@@ -480,7 +512,7 @@ class TaskSearch:
     def _replay(self, job) -> tuple[object | None, str | None]:
         from tvm.s_tir.schedule import Schedule
 
-        trace, seed, adapt = job
+        trace, seed, adapt, tiles = job
         if not hasattr(self._local, "postprocs"):  # postprocs may keep state: one copy per thread
             self._local.postprocs = [p.clone() for p in self.postprocs]
         try:
@@ -490,7 +522,7 @@ class TaskSearch:
                     return None, "postproc"
             else:
                 sch = Schedule(self.ctx.mod, seed=seed, debug_mask="none", error_render_level="none")
-                trace.apply_to_schedule(sch, remove_postproc=True)
+                trace.apply_to_schedule(sch, remove_postproc=True, decision_provider=_tiles_provider(tiles))
             sch.enter_postproc()  # marks what follows as postprocessing, which replays strip
             valid = all(p.apply(sch) for p in self._local.postprocs)
         except Exception:  # noqa: BLE001 - an invalid sample is just dropped
@@ -569,6 +601,40 @@ class TaskSearch:
                            budget_spent_s=self.budget.spent, budget_left_s=self.budget.remaining)
 
 
+def _tiles_provider(tiles):
+    """A decision provider that gives the SamplePerfectTile instructions `tiles`, in order (the
+    others keep their decision, or sample one where it is None); None when there are no tiles."""
+    if tiles is None:
+        return None
+    given = iter(tiles)
+
+    def decide(inst, inputs, attrs, decision):
+        return list(next(given)) if inst.kind.name == "SamplePerfectTile" else decision
+
+    return decide
+
+
+def wmma_tile_plan(trace, context) -> tuple | None:
+    """(i, j, k extents in fragments, WmmaLimits) if `trace` is MetaSchedule's WMMA tensor-core
+    sketch (three SamplePerfectTile of 5, 5 and 3 levels, A staged in wmma.matrix_a), else None."""
+    tiles = [inst for inst in trace.insts if inst.kind.name == "SamplePerfectTile"]
+    if [int(inst.attrs[0]) for inst in tiles] != [5, 5, 3]:
+        return None
+    if not any(inst.kind.name == "CacheRead" and str(inst.attrs[1]) == "wmma.matrix_a" for inst in trace.insts):
+        return None
+    extents = tuple(math.prod(int(f) for f in trace.get_decision(inst)) for inst in tiles)
+    import tvm
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    attrs = context.target.attrs
+    first_input = ArgInfo.from_prim_func(next(iter(context.mod.functions.values())))[0]
+    limits = WmmaLimits(max_warps=int(attrs["max_threads_per_block"]) // int(attrs["thread_warp_size"]),
+                        max_shared_bytes=int(attrs["max_shared_memory_per_block"]),
+                        input_bytes=max(1, tvm.runtime.DataType(str(first_input.dtype)).bits // 8),
+                        max_innermost=int(tiles[0].attrs[1]))
+    return extents, limits
+
+
 def mutator_apply(mutator, trace, seed: int):
     """MetaSchedule's Mutator.apply with the seed given (its Python API always passes -1: the OS's)."""
     from tvm.s_tir.meta_schedule import _ffi_api
@@ -576,19 +642,21 @@ def mutator_apply(mutator, trace, seed: int):
     return _ffi_api.MutatorApply(mutator, trace, seed)
 
 
-def lowers_cleanly(mod, target) -> bool:
-    """Run TVM's TIR lowering (no codegen) as the builder would: False where it fails."""
+def lowers_cleanly(mod, target, pass_config: dict | None = None) -> bool:
+    """Run TVM's TIR lowering (no codegen) as the builder would, under `pass_config`: False
+    where it fails."""
     import tvm
     from tvm.tirx.build import split_host_device_mods
 
     try:
-        host = target.host or tvm.target.Target("llvm")
-        mod = tvm.tirx.transform.BindTarget(target.with_host(host))(mod)
-        pipeline, finalize_host, finalize_device = tvm.tirx.get_default_tir_pipeline(target)
-        host_mod, device_mods = split_host_device_mods(pipeline(mod))
-        finalize_host()(host_mod)
-        for device_mod in device_mods.values():
-            finalize_device()(device_mod)
+        with tvm.transform.PassContext(config=pass_config) if pass_config else contextlib.nullcontext():
+            host = target.host or tvm.target.Target("llvm")
+            mod = tvm.tirx.transform.BindTarget(target.with_host(host))(mod)
+            pipeline, finalize_host, finalize_device = tvm.tirx.get_default_tir_pipeline(target)
+            host_mod, device_mods = split_host_device_mods(pipeline(mod))
+            finalize_host()(host_mod)
+            for device_mod in device_mods.values():
+                finalize_device()(device_mod)
     except Exception:  # noqa: BLE001 - any lowering error means the build would fail
         return False
     return True

@@ -1,0 +1,97 @@
+"""How many drawn samples of a GPU design space survive MetaSchedule's postprocessors and TVM's
+lowering: KBSearch's sampler (tile decisions fitted to the GPU) against uniform draws (what
+MetaSchedule's ReplayTrace does), on the same spaces. No GPU is needed: sampling, postprocessing
+and lowering for `cuda -arch=sm_90` run on the CPU.
+
+    python -m kb_tvm.bench_yield --workload gemm-4096-fp16 --samples 200 \
+        --out bench-results/issue9-yield/gemm-4096-fp16.json
+
+`--merge-static-smem` lowers under TVM's `tirx.merge_static_smem` pass option, which avoids the
+StorageRewrite failure ("tvm_access_ptr element type must match the source buffer") that most
+postprocessed tensor-core samples hit in TVM 0.27 (not yet checked on a GPU for correctness).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import click
+
+# the H200 as kb's cuda target describes it, without needing the GPU
+H200 = {"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024, "max_shared_memory_per_block": 49152,
+        "thread_warp_size": 32, "registers_per_block": 65536, "host": {"kind": "llvm"}}
+
+
+def task_search(workload, target, *, fitted_tiles: bool, seed: int, log_dir: str):
+    """A KBSearch task for `workload`'s space on `target`, outside a tune (nothing is measured)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from .budget import TuningBudget
+    from .decision_log import DecisionLog
+    from .search import SearchOptions, TaskSearch
+    from .templates import load_templates
+    from .tuning import _space_for
+
+    context = ms.TuneContext(mod=workload.module(), target=target, space_generator=_space_for(workload, target),
+                             task_name=workload.name, num_threads=2, rand_state=seed)
+    spaces = context.generate_design_space()
+    options = SearchOptions(seed=seed, repeatable=True, fitted_tiles=fitted_tiles)
+    return TaskSearch(context=context, design_spaces=spaces, templates=load_templates(target.kind.name),
+                      budget=TuningBudget("1h"), options=options, max_trials=1, trials_per_batch=1,
+                      log=DecisionLog.for_task(log_dir, workload.name, None))
+
+
+def sample_yield(workload, target, *, samples: int, fitted_tiles: bool, seed: int = 1,
+                 merge_static_smem: bool = False) -> dict:
+    """Per design space: samples asked, valid (postprocessed and lowered), and the dropped by reason."""
+    rows = []
+    with tempfile.TemporaryDirectory() as log_dir:
+        task = task_search(workload, target, fitted_tiles=fitted_tiles, seed=seed, log_dir=log_dir)
+        if merge_static_smem:
+            task.pass_config = {"tirx.merge_static_smem": True}
+        for space in range(len(task.spaces)):
+            before = dict(task.dropped)
+            started = time.perf_counter()
+            valid = task._sample_space(space, samples)
+            dropped = {k: task.dropped[k] - before[k] for k in before}
+            rows.append({"space": space, "asked": samples, "valid": len(valid), "dropped": dropped,
+                         "seconds": time.perf_counter() - started,
+                         "fitted": task.tile_plans.get(space) is not None})
+    return {"spaces": rows, "asked": sum(r["asked"] for r in rows), "valid": sum(r["valid"] for r in rows),
+            "failed_postproc": sum(r["dropped"]["postproc"] for r in rows),
+            "failed_lowering": sum(r["dropped"]["verify"] for r in rows)}
+
+
+@click.command()
+@click.option("--workload", "workload_name", default="gemm-4096-fp16", show_default=True)
+@click.option("--target", default=json.dumps(H200), show_default="the H200, sm_90")
+@click.option("--samples", default=200, show_default=True, help="Per design space and sampler.")
+@click.option("--seed", default=1, show_default=True)
+@click.option("--merge-static-smem", is_flag=True, help="Also lower under tirx.merge_static_smem.")
+@click.option("--out", type=click.Path(dir_okay=False), required=True)
+def main(workload_name, target, samples, seed, merge_static_smem, out) -> None:
+    import tvm
+
+    from .workloads import get_workload
+
+    workload = get_workload(workload_name)
+    tvm_target = tvm.target.Target(json.loads(target))
+    report = {"workload": workload_name, "target": json.loads(target), "samples": samples, "seed": seed, "runs": {}}
+    for smem in (False, True) if merge_static_smem else (False,):
+        for fitted in (False, True):
+            label = ("kb" if fitted else "uniform") + ("+merge_static_smem" if smem else "")
+            result = sample_yield(workload, tvm_target, samples=samples, fitted_tiles=fitted, seed=seed,
+                                  merge_static_smem=smem)
+            report["runs"][label] = result
+            click.echo(f"{label:28} valid {result['valid']:4d} of {result['asked']} "
+                       f"({result['valid'] / result['asked']:.1%}); failed postprocessing {result['failed_postproc']}, "
+                       f"lowering {result['failed_lowering']}")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
