@@ -22,6 +22,7 @@ import numpy as np
 from . import decisions
 from .budget import TuningBudget
 from .decision_log import DecisionLog
+from .measure.pipeline import OUR_BUGS
 from .schedule_props import schedule_properties
 from .surrogate import EnsembleCostModel, PriorModel
 from .templates import Template
@@ -405,6 +406,8 @@ class TaskSearch:
                 mutator = mutators[self.rng.choice(len(mutators), p=weights)][0]
                 try:  # an explicit seed: Mutator.apply would draw one from the OS
                     trace = mutator_apply(mutator, parent.sch.trace, int(self.rng.integers(1, 1 << 30)))
+                except OUR_BUGS:
+                    raise
                 except Exception:  # noqa: BLE001 - a mutator may reject a trace; try another
                     trace = None
                 if trace is not None:
@@ -525,7 +528,9 @@ class TaskSearch:
                 trace.apply_to_schedule(sch, remove_postproc=True, decision_provider=_tiles_provider(tiles))
             sch.enter_postproc()  # marks what follows as postprocessing, which replays strip
             valid = all(p.apply(sch) for p in self._local.postprocs)
-        except Exception:  # noqa: BLE001 - an invalid sample is just dropped
+        except OUR_BUGS:
+            raise
+        except Exception:  # noqa: BLE001 - TVM rejected the sample: it is just dropped
             valid = False
         if not valid:
             return None, "postproc"
@@ -657,6 +662,8 @@ def lowers_cleanly(mod, target, pass_config: dict | None = None) -> bool:
             finalize_host()(host_mod)
             for device_mod in device_mods.values():
                 finalize_device()(device_mod)
+    except OUR_BUGS:
+        raise
     except Exception:  # noqa: BLE001 - any lowering error means the build would fail
         return False
     return True

@@ -1,7 +1,6 @@
 """KBSearch inside MetaSchedule on llvm, with real builds and real runs."""
 
 import json
-import math
 
 import pytest
 
@@ -83,7 +82,8 @@ def test_decision_log_shows_coarse_ranking_then_cost_aware_fine_search(tuned_gem
     scores = [r["score"] for r in regions["regions"]]
     assert scores == sorted(scores, reverse=True)
     proposals = [e for e in log if e["event"] == "proposals"]
-    assert all(p["predicted_seconds"] >= 0 and "expected_gain_per_second" in p for p in proposals)
+    exploration = [p["exploration"] for p in proposals]  # explores early, exploits as the budget runs out
+    assert len(exploration) >= 2 and exploration == sorted(exploration, reverse=True)
     fine_batches = [e for e in log if e["event"] == "batch" and e["phase"] != "coarse"]
     assert fine_batches, "the fine phase never measured anything"
     predicted = [c for b in fine_batches for c in b["candidates"] if c["predicted_ms"] is not None]
@@ -98,8 +98,9 @@ def test_best_never_regresses_and_is_never_worse_than_the_coarse_best(tuned_gemm
     bests = [b["best_ms"] for b in batches if b["best_ms"] is not None]
     coarse = [b["best_ms"] for b in batches if b["phase"] == "coarse" and b["best_ms"] is not None]
     assert bests and coarse
-    # best is the median of a candidate's measurements, so a re-measurement may move it a little,
-    # but it never falls back towards the coarse phase's best
+    # best is the median of a candidate's measurements, so re-measuring the best may move it up a
+    # little; between batches it never jumps back, and it never falls back towards the coarse best
+    assert all(later <= earlier * 1.15 for earlier, later in zip(bests, bests[1:]))
     assert bests[-1] <= min(coarse) * 1.05
     assert log[-1]["best_ms"] == pytest.approx(bests[-1])
 
@@ -160,7 +161,7 @@ def test_bad_options_are_clear_errors():
         KBSearch(budget="1m", population=10)
     with pytest.raises(ValueError, match='"1h30m"'):
         KBSearch(budget="soon")
-    assert not math.isnan(KBSearch(budget=90).budget.total)
+    assert KBSearch(budget=90).budget.total == 90.0  # a number is seconds
 
 
 def test_a_repeatable_seed_proposes_the_same_first_batch(tmp_path, llvm_target):

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from . import workers
 from .timing import TimingPolicy
 
-# Exceptions that mean kb_tvm's own worker code is broken, not the candidate: never a failed sample.
-_OUR_BUGS = (ImportError, NameError, AttributeError)
+# Exceptions that mean kb_tvm's own code is broken, not the candidate: never a failed sample.
+OUR_BUGS = (ImportError, NameError, AttributeError)
 
 
 @dataclass
@@ -83,7 +83,7 @@ class BuildPool:
             try:
                 path, seconds, pid = future.result()
                 outcome = Outcome(value=path, seconds=seconds, pid=pid)
-            except _OUR_BUGS:
+            except OUR_BUGS:
                 raise
             except Exception as err:  # noqa: BLE001 - whatever TVM raised: this candidate failed to build
                 outcome = Outcome(error=_failure(err, "build", self.timeout_s))
@@ -135,7 +135,7 @@ class Measurer:
                                             best), timeout=self.timeout_s)
         try:
             report = self._worker.recv()
-        except _OUR_BUGS:
+        except OUR_BUGS:
             raise
         except Exception as err:  # noqa: BLE001 - a candidate that failed to load or run
             if isinstance(err, (TimeoutError, ChildProcessError)) or self.device_type != "cpu":
