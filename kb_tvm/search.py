@@ -118,7 +118,8 @@ class TaskSearch:
         self.executor = ThreadPoolExecutor(self.workers, thread_name_prefix="kb-search")
         self._local = threading.local()
         self.samplers: dict[int, object] = {}  # design space -> ReplayTrace drawing its samples
-        self.tile_plans: dict = {}  # design space -> (extents, WmmaLimits), "dropped" or None
+        self.tile_plans: dict[int, tuple | None] = {}  # design space -> (extents, WmmaLimits) or None
+        self.unfit_spaces: set[int] = set()  # sketches no tiling of which fits the GPU: dropped
         self.pool: list[Candidate] = []  # sampled in the coarse phase, not yet measured
         self.measured: list[Candidate] = []
         self.regions: dict[str, decisions.RegionStats] = {}
@@ -451,7 +452,7 @@ class TaskSearch:
 
         design = self.spaces[space_index].trace
         plan = self._tile_plan(space_index)
-        if plan == "dropped":
+        if space_index in self.unfit_spaces:
             return []
         if plan is not None:  # tiles that fit the GPU, replayed here
             tiles = [draw_tiles(self.rng, *plan) for _ in range(count)]
@@ -472,8 +473,8 @@ class TaskSearch:
 
     def _tile_plan(self, space_index: int):
         """(loop extents in fragments, WmmaLimits) when the space is MetaSchedule's WMMA sketch
-        and fitted tiles are on; "dropped" when no tiling of it fits the GPU; else None. Logged
-        once per space."""
+        and fitted tiles are on, else None; a sketch no tiling of which fits the GPU goes into
+        `unfit_spaces`. Logged once per space."""
         if space_index not in self.tile_plans:
             plan = wmma_tile_plan(self.spaces[space_index].trace, self.ctx) if self.opt.fitted_tiles else None
             if plan is not None:
@@ -483,7 +484,8 @@ class TaskSearch:
                                max_warps=limits.max_warps, max_shared_bytes=limits.max_shared_bytes,
                                fits=fits, why=None if fits else "no tiling of this sketch fits the GPU's "
                                "warps and shared memory in 10000 draws: the sketch is dropped")
-                plan = plan if fits else "dropped"
+                if not fits:
+                    self.unfit_spaces.add(space_index)
             self.tile_plans[space_index] = plan
         return self.tile_plans[space_index]
 
@@ -622,15 +624,15 @@ def _tiles_provider(tiles):
 def wmma_tile_plan(trace, context) -> tuple | None:
     """(i, j, k extents in fragments, WmmaLimits) if `trace` is MetaSchedule's WMMA tensor-core
     sketch (three SamplePerfectTile of 5, 5 and 3 levels, A staged in wmma.matrix_a), else None."""
+    import tvm
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
     tiles = [inst for inst in trace.insts if inst.kind.name == "SamplePerfectTile"]
     if [int(inst.attrs[0]) for inst in tiles] != [5, 5, 3]:
         return None
     if not any(inst.kind.name == "CacheRead" and str(inst.attrs[1]) == "wmma.matrix_a" for inst in trace.insts):
         return None
     extents = tuple(math.prod(int(f) for f in trace.get_decision(inst)) for inst in tiles)
-    import tvm
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-
     attrs = context.target.attrs
     first_input = ArgInfo.from_prim_func(next(iter(context.mod.functions.values())))[0]
     limits = WmmaLimits(max_warps=int(attrs["max_threads_per_block"]) // int(attrs["thread_warp_size"]),
