@@ -56,14 +56,15 @@ def _gemm(m: int, n: int, k: int, dtype: str, gelu: bool = False):
     return build
 
 
-def _batch_matmul(batch: int, m: int, n: int, k: int):
+def _batch_matmul(batch: int, m: int, n: int, k: int, dtype: str = "float32"):
     def build():
         from tvm import te
 
-        a = te.placeholder((batch, m, k), "float32", name="A")
-        b = te.placeholder((batch, k, n), "float32", name="B")
+        a = te.placeholder((batch, m, k), dtype, name="A")
+        b = te.placeholder((batch, k, n), dtype, name="B")
         r = te.reduce_axis((0, k), name="k")
-        c = te.compute((batch, m, n), lambda x, i, j: te.sum(a[x, i, r] * b[x, r, j], axis=r), name="C")
+        c = te.compute((batch, m, n), lambda x, i, j: te.sum(
+            a[x, i, r].astype("float32") * b[x, r, j].astype("float32"), axis=r), name="C")
         return _module(a, b, c)
 
     return build
@@ -76,6 +77,18 @@ def _conv2d(n: int, c: int, hw: int, f: int, ksize: int, stride: int, pad: int):
         data = te.placeholder((n, c, hw, hw), "float32", name="data")
         weight = te.placeholder((f, c, ksize, ksize), "float32", name="weight")
         out = topi.nn.conv2d_nchw(data, weight, stride, pad, 1)
+        return _module(data, weight, out)
+
+    return build
+
+
+def _conv2d_nhwc(n: int, c: int, hw: int, f: int, ksize: int, stride: int, pad: int, dtype: str):
+    def build():
+        from tvm import te, topi
+
+        data = te.placeholder((n, hw, hw, c), dtype, name="data")
+        weight = te.placeholder((ksize, ksize, c, f), dtype, name="weight")
+        out = topi.nn.conv2d_nhwc(data, weight, stride, pad, 1, out_dtype="float32")
         return _module(data, weight, out)
 
     return build
@@ -122,6 +135,13 @@ def _all() -> dict[str, Workload]:
         items.append(Workload(f"gemm-{size}-fp16", f"GEMM {size}^3, float16 in, float32 accumulate "
                               "(tensor-core space on CUDA)", 2.0 * size**3,
                               _gemm(size, size, size, "float16"), cuda_space="cuda-tensorcore"))
+    items.append(Workload("gemm-4096-bf16", "GEMM 4096^3, bfloat16 in, float32 accumulate (tensor-core space "
+                          "on CUDA)", 2.0 * 4096**3, _gemm(4096, 4096, 4096, "bfloat16"), cuda_space="cuda-tensorcore"))
+    for batch, m, n, k, what in ((12, 128, 128, 64, "attention scores"), (12, 128, 64, 128, "attention x values")):
+        items.append(Workload(f"batch_matmul-{batch}x{m}x{n}x{k}-fp16",
+                              f"batched GEMM {batch} x ({m}x{k} @ {k}x{n}), float16 in, float32 accumulate ({what}; "
+                              "tensor-core space on CUDA)", 2.0 * batch * m * n * k,
+                              _batch_matmul(batch, m, n, k, "float16"), cuda_space="cuda-tensorcore"))
     for size in (256, 1024, 2048):
         items.append(Workload(f"gemm-gelu-{size}", f"GEMM {size}^3 + GELU, float32",
                               2.0 * size**3 + 8.0 * size**2, _gemm(size, size, size, "float32", gelu=True)))
@@ -132,6 +152,9 @@ def _all() -> dict[str, Workload]:
     conv = (1, 64, 56, 64, 3, 1, 1)
     items.append(Workload("conv2d-56x56x64", "conv2d NCHW 1x64x56x56, 64 filters 3x3, stride 1 (ResNet)",
                           _conv_flops(*conv), _conv2d(*conv)))
+    items.append(Workload("conv2d-nhwc-56x56x64-fp16", "conv2d NHWC 1x56x56x64, 64 filters 3x3, stride 1, "
+                          "float16 in, float32 accumulate (ResNet; tensor-core space on CUDA)", _conv_flops(*conv),
+                          _conv2d_nhwc(*conv, "float16"), cuda_space="cuda-tensorcore"))
     conv = (1, 32, 28, 32, 3, 1, 1)
     items.append(Workload("conv2d-28x28x32", "conv2d NCHW 1x32x28x28, 32 filters 3x3, stride 1 (small)",
                           _conv_flops(*conv), _conv2d(*conv)))
