@@ -444,21 +444,19 @@ class TaskSearch:
 
     def _sample_space(self, space_index: int, count: int) -> list[Candidate]:
         """`count` random valid samples of one design space, drawn by MetaSchedule's own
-        multi-threaded ReplayTrace (faster than replaying from Python), then verified. Repeatable:
-        replayed here from explicit seeds instead (ReplayTrace's draws depend on which thread
-        takes which sample)."""
+        multi-threaded ReplayTrace (faster than replaying from Python), then verified. Replayed
+        here from explicit seeds instead when repeatable (ReplayTrace's draws depend on which
+        thread takes which sample) or when the tiles are fitted to the GPU."""
         from tvm.s_tir.meta_schedule.search_strategy import ReplayTrace
         from tvm.s_tir.schedule import Trace
 
-        design = self.spaces[space_index].trace
         plan = self._tile_plan(space_index)
         if space_index in self.unfit_spaces:
             return []
-        if plan is not None:  # tiles that fit the GPU, replayed here
-            tiles = [draw_tiles(self.rng, *plan) for _ in range(count)]
+        if plan is not None or self.opt.repeatable:
+            tiles = None if plan is None else [draw_tiles(self.rng, *plan) for _ in range(count)]
+            design = self.spaces[space_index].trace
             return self._realize([(Trace(design.insts, {}), space_index, "sample")] * count, tiles=tiles)
-        if self.opt.repeatable:
-            return self._realize([(Trace(design.insts, {}), space_index, "sample")] * count)
 
         sampler = self.samplers.get(space_index)
         if sampler is None:

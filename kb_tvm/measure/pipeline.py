@@ -106,8 +106,9 @@ def _close_pool(pool, artifact_dir: str) -> None:
 
 
 class Measurer:
-    """One persistent measuring process for one device. `measure(...)` times a built candidate
-    and returns an Outcome whose value is the worker's report (median_s, repeats, verdict...)."""
+    """One persistent measuring process for one device. `submit(...)` queues a built candidate
+    for timing and returns a Future of an Outcome whose value is the worker's report (median_s,
+    repeats, verdict...)."""
 
     def __init__(self, *, device_type: str, device_id: int = 0, policy: TimingPolicy | None = None,
                  timeout_s: float = 60.0) -> None:
@@ -126,9 +127,9 @@ class Measurer:
 
     def submit(self, artifact: str, signature: tuple) -> Future:
         """Measure on the measuring thread, after what was submitted before; a Future of its Outcome."""
-        return self._thread.submit(self.measure, artifact, signature)
+        return self._thread.submit(self._measure, artifact, signature)
 
-    def measure(self, artifact: str, signature: tuple) -> Outcome:
+    def _measure(self, artifact: str, signature: tuple) -> Outcome:  # on the measuring thread only
         self.measured += 1
         best = self.best_s.get(signature)
         self._worker.send(workers.measure, (artifact, self.device_type, self.device_id, signature, self.policy,
