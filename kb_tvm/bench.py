@@ -5,7 +5,9 @@
 
 --runs names the runs as STRATEGY@PIPELINE (kb or evolutionary, on kb's or stock's measurement
 pipeline): "kb@kb,evolutionary@stock,evolutionary@kb" separates the search from the pipeline.
-The runs go one after the other in one process; the JSON holds every anytime curve
+The runs go one after the other in one process, or with --side-by-side at the same time, each
+in its own process on its own GPU and an equal share of the CPU cores (two GPUs: kb on one, stock
+on the other, so neither sees a quieter machine). The JSON holds every anytime curve
 (best latency vs seconds), the re-timed best of each, and how long kb took to reach stock's
 final latency. It is rewritten after every batch, so a run cut short keeps what it measured.
 """
@@ -13,6 +15,9 @@ final latency. It is rewritten after every batch, so a run cut short keeps what 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -67,13 +72,18 @@ def summarize(runs: dict[str, dict], kb_run: str = "kb", stock_run: str = "evolu
               help="The runs, in order, as STRATEGY@PIPELINE.")
 @click.option("--trials-per-batch", type=int, default=None, help="Same for both strategies.")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--side-by-side", is_flag=True,
+              help="Run the runs at the same time, one GPU and an equal share of the cores each.")
+@click.option("--cores", default=None, hidden=True, help="CPU cores to run on, comma-separated (side-by-side parts).")
 @click.option("--out", type=click.Path(dir_okay=False), required=True, help="JSON results file.")
-def main(workloads, budget, target, order, trials_per_batch, seed, out) -> None:
+def main(workloads, budget, target, order, trials_per_batch, seed, side_by_side, cores, out) -> None:
     from kb_tvm.workloads import get_workload
 
     from .measure.targets import make_target
     from .tuning import PIPELINES, STRATEGIES, tune_operator
 
+    if cores:
+        os.sched_setaffinity(0, [int(c) for c in cores.split(",")])
     tvm_target = make_target(target)
     labels = [s.strip() for s in order.split(",")]
     for label in labels:
@@ -88,6 +98,12 @@ def main(workloads, budget, target, order, trials_per_batch, seed, out) -> None:
 
     def save() -> None:
         out_path.write_text(json.dumps(report, indent=1))
+
+    if side_by_side:
+        run_side_by_side(workloads, labels, tvm_target, report, out_path,
+                         ["--budget", budget, "--seed", str(seed), "--target", target or tvm_target.kind.name]
+                         + (["--trials-per-batch", str(trials_per_batch)] if trials_per_batch else []))
+        return
 
     for name in workloads:
         workload = get_workload(name)
@@ -116,12 +132,62 @@ def main(workloads, budget, target, order, trials_per_batch, seed, out) -> None:
             save()
             click.echo(f"{name} {label}: final {result.final_ms} ms, {result.trials} trials, "
                        f"{result.failed} failed, {format_seconds(result.seconds)}")
-        kb_runs = [label for label in labels if label.startswith("kb@")]
-        report["workloads"][name]["summary"] = {
-            f"{kb} vs {stock}": summarize(runs, kb, stock)
-            for kb in kb_runs[:1] for stock in labels if stock.startswith("evolutionary@")}
+        report["workloads"][name]["summary"] = summaries(runs, labels)
         save()
         click.echo(json.dumps(report["workloads"][name]["summary"], indent=1))
+
+
+def summaries(runs: dict[str, dict], labels: list[str]) -> dict:
+    kb_runs = [label for label in labels if label.startswith("kb@")]
+    return {f"{kb} vs {stock}": summarize(runs, kb, stock)
+            for kb in kb_runs[:1] for stock in labels if stock.startswith("evolutionary@")}
+
+
+def share_devices(runs: int, cpus: list[int], gpus: int | None) -> list[tuple[int | None, list[int]]]:
+    """(GPU index or None, CPU cores) for each of `runs` side-by-side runs: a GPU each when
+    there are GPUs, and the cores cut in equal contiguous shares."""
+    if gpus is not None and gpus < runs:
+        raise click.UsageError(f"--side-by-side needs a GPU per run: {runs} runs, {gpus} GPU(s) visible")
+    share = len(cpus) // runs
+    if share < 1:
+        raise click.UsageError(f"--side-by-side needs a CPU core per run: {runs} runs, {len(cpus)} core(s)")
+    return [(None if gpus is None else i, cpus[i * share:(i + 1) * share]) for i in range(runs)]
+
+
+def run_side_by_side(workloads, labels, target, report: dict, out_path: Path, common: list[str]) -> None:
+    """Each run in its own process at the same time; their JSONs merged into `report`."""
+    gpus = None
+    if target.kind.name == "cuda":
+        import tvm
+
+        gpus = sum(bool(tvm.cuda(i).exist) for i in range(16))
+    shares = share_devices(len(labels), sorted(os.sched_getaffinity(0)), gpus)
+    procs = []
+    for label, (gpu, cores) in zip(labels, shares):
+        part = out_path.with_name(f"{out_path.stem}-{label.replace('@', '-')}.json")
+        env = dict(os.environ)
+        if gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        command = [sys.executable, "-m", "kb_tvm.bench", "--runs", label, "--out", str(part),
+                   "--cores", ",".join(map(str, cores)), *common]
+        command += [arg for name in workloads for arg in ("--workload", name)]
+        click.echo(f"{label}: GPU {gpu}, cores {cores[0]}-{cores[-1]}")
+        procs.append((label, part, subprocess.Popen(command, env=env)))
+    for label, part, proc in procs:
+        code = proc.wait()
+        if code:
+            click.echo(f"{label} exited with {code}; what it measured is kept", err=True)
+    report["side_by_side"] = {label: {"gpu": gpu, "cores": len(cores)} for label, (gpu, cores) in zip(labels, shares)}
+    for name in workloads:
+        runs = {}
+        for label, part, _ in procs:
+            try:
+                runs[label] = json.loads(part.read_text())["workloads"][name]["runs"][label]
+            except (OSError, KeyError, json.JSONDecodeError):
+                runs[label] = {"curve": [], "done": False}
+        report["workloads"][name] = {"runs": runs, "summary": summaries(runs, labels)}
+        click.echo(json.dumps(report["workloads"][name]["summary"], indent=1))
+    out_path.write_text(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":  # pragma: no cover

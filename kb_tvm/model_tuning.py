@@ -96,11 +96,47 @@ def fuse(mod, target):
 
 
 def build(mod, target, database=None):
-    """A VM executable; functions without a tuned record get TVM's default schedules."""
+    """A VM executable; functions without a tuned record get TVM's default schedules.
+
+    MetaSchedule's `compile_relax`, step for step (fuse as tasks were extracted, apply the
+    records, dlight for the rest), but under `build_config(target)`: compile_relax opens a
+    PassContext of its own, and a CUDA tensor-core record tuned under merged shared memory
+    would not lower without it."""
+    import tvm
+    from tvm import relax
+    from tvm.relax import pipeline as relax_pipeline
+    from tvm.s_tir import dlight as dl
     from tvm.s_tir import meta_schedule as ms
 
+    from .measure.targets import build_config
+
     database = database if database is not None else ms.database.MemoryDatabase()
-    return ms.relax_integration.compile_relax(database, mod, target, params=None)
+    try:
+        dispatch = relax_pipeline.library_dispatch_passes(target)
+    except (ValueError, AttributeError):
+        dispatch = []
+    try:
+        lower = relax_pipeline.dataflow_lower_passes(target) + relax_pipeline.finalize_passes(target)
+    except (ValueError, AttributeError):  # targets without their own pipeline (llvm): compile_relax's fallback
+        t = relax.transform
+        lower = [t.RewriteDataflowReshape(), t.ToNonDataflow(), t.RemovePurityChecking(), t.CallTIRRewrite(),
+                 t.StaticPlanBlockMemory(), t.LowerAllocTensor(), t.KillAfterLastUse(), t.LowerRuntimeBuiltin(),
+                 t.ComputePrimValue(), t.VMShapeLower(), t.AttachGlobalSymbol()]
+    gpu = relax_pipeline.BackendDispatcher.is_gpu_target(target)
+
+    @tvm.transform.module_pass(opt_level=3)
+    def tuned_pipeline(mod, _ctx):
+        mod = tvm.transform.Sequential([
+            *dispatch, relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
+            relax.transform.FoldConstant(), relax.transform.FuseOps(), relax.transform.FuseTIR()])(mod)
+        mod = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
+        if gpu:
+            mod = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
+                                          dl.gpu.GeneralReduction(), dl.gpu.Fallback())(mod)
+        return tvm.transform.Sequential(lower)(mod)
+
+    with target, database, tvm.transform.PassContext(opt_level=3, config=build_config(target)):
+        return relax.build(mod, target=target, relax_pipeline=tuned_pipeline)
 
 
 def run_and_time(executable, target, inputs: list[np.ndarray], repeat: int = 10) -> tuple[list[np.ndarray], float]:

@@ -23,6 +23,7 @@ from . import decisions
 from .budget import TuningBudget
 from .decision_log import DecisionLog
 from .measure.pipeline import OUR_BUGS
+from .measure.targets import build_config
 from .schedule_props import schedule_properties
 from .surrogate import EnsembleCostModel, PriorModel
 from .templates import Template
@@ -113,7 +114,7 @@ class TaskSearch:
         # GPU builds fail often (tensor-core spaces: most stock candidates); lowering without
         # codegen catches those failures in ~20 ms, far cheaper than a build + run slot
         self.verify = context.target.kind.name == "cuda"
-        self.pass_config: dict = {}  # TVM pass options the builds use: lowering is verified under them
+        self.pass_config = build_config(context.target)  # lowering is verified as the builds run it
         self.workers = self.num_cores
         self.executor = ThreadPoolExecutor(self.workers, thread_name_prefix="kb-search")
         self._local = threading.local()

@@ -47,6 +47,7 @@ def _yield(target, fitted_tiles, tmp_path, samples=24):
     from kb_tvm.workloads import get_workload
 
     from kb_tvm.bench_yield import task_search
+    from kb_tvm.measure.targets import build_config
     from kb_tvm.search import lowers_cleanly
 
     task = task_search(get_workload("gemm-1024-fp16"), target, fitted_tiles=fitted_tiles, seed=1,
@@ -55,7 +56,8 @@ def _yield(target, fitted_tiles, tmp_path, samples=24):
     for space in range(len(task.spaces)):
         valid += task._sample_space(space, samples)
     asked = samples * len(task.spaces)
-    assert all(lowers_cleanly(c.sch.mod, target) for c in valid)  # what it returns builds
+    assert task.pass_config == build_config(target) == {"tirx.merge_static_smem": True}
+    assert all(lowers_cleanly(c.sch.mod, target, task.pass_config) for c in valid)  # it builds as kb builds
     return task, valid, asked
 
 
@@ -72,6 +74,7 @@ def test_fitted_tiles_pass_the_postprocessors_far_more_often_than_uniform_draws(
     assert 1 - fitted.dropped["postproc"] / asked >= 0.6  # measured: ~80%
     assert 1 - uniform.dropped["postproc"] / asked <= 0.35  # measured: ~15%
     assert len(fitted_valid) > len(uniform_valid)
+    assert len(fitted_valid) / asked >= 0.5  # issue 9's goal; measured ~75% (lowered as kb builds)
     plans = [e for e in read_log(next((tmp_path / "fitted").glob("*.jsonl"))) if e["event"] == "tile-plan"]
     assert plans and all(p["fits"] and p["max_warps"] == 32 and p["max_shared_bytes"] == 49152 for p in plans)
     assert not any(uniform.tile_plans.values())  # uniform draws: no plan

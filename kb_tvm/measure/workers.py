@@ -44,14 +44,18 @@ def cuda_compiler() -> tuple[str, str]:
 def build(mod, target, out_dir: str) -> tuple[str, float, int]:
     """Build a scheduled module as MetaSchedule's default builder does, then link it into a
     shared library here, so the measuring process only loads it. (path, seconds, pid)."""
+    import tvm
     from tvm.driver import build as tvm_build
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    from .targets import build_config
 
     started = time.perf_counter()
     if target.kind.name == "cuda":
         cuda_compiler()
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-    library = tvm_build(mod, target=target)
+    with tvm.transform.PassContext(config=build_config(target)):
+        library = tvm_build(mod, target=target)
     # a folder each: MetaSchedule's RemoveBuildArtifact callback deletes the artifact's folder
     path = os.path.join(tempfile.mkdtemp(dir=out_dir), "candidate.so")
     library.export_library(path)
