@@ -63,14 +63,19 @@ def _validated_options(**given) -> SearchOptions:
         raise TypeError(f"unknown KBSearch option(s) {sorted(unknown)}; known: {sorted(known)}")
     opt = SearchOptions(**given)
     for name in ("coarse_samples_per_space", "coarse_trials_per_region", "keep_regions",
-                 "proposals_per_trial", "remeasure_times", "patience"):
+                 "proposals_per_trial", "elites", "refine_elites", "generations", "population",
+                 "remeasure_times", "patience"):
         value = getattr(opt, name)
         _check(name, value, isinstance(value, int) and value >= 1, "must be an integer >= 1")
     _check("remeasure_top", opt.remeasure_top, isinstance(opt.remeasure_top, int) and opt.remeasure_top >= 0,
            "must be an integer >= 0")
-    for name in ("coarse_max_fraction", "refine_after"):
+    for name in ("coarse_max_fraction", "refine_after", "remeasure_share", "sampling_time_share",
+                 "proposing_time_share"):
         value = getattr(opt, name)
         _check(name, value, 0.0 < value <= 1.0, "must be a fraction in (0, 1]")
+    for name in ("explore_share", "min_exploration"):
+        value = getattr(opt, name)
+        _check(name, value, 0.0 <= value <= 1.0, "must be a fraction in [0, 1]")
     _check("min_total_gain", opt.min_total_gain, opt.min_total_gain >= 0.0, "must be >= 0")
     _check("repeatable", opt.repeatable, isinstance(opt.repeatable, bool), "must be True or False")
     return opt
@@ -159,6 +164,12 @@ class KBSearch(PySearchStrategy):
                   budget_s=self.budget.total, budget_spent_s=self.budget.spent, max_trials=int(max_trials),
                   trials_per_batch=int(num_trials_per_iter), design_spaces=len(design_spaces),
                   templates=[{"name": t.name, "why": t.why} for t in templates], options=vars(options))
+        if database is not None and database.has_workload(self.context.mod):
+            # an interrupted or earlier run's best: they parent the search, unmeasured again
+            records = database.get_top_k(database.commit_workload(self.context.mod), options.population)
+            earlier = [(r.trace, latency) for r in records if (latency := record_latency(r.run_secs)) is not None]
+            if earlier:
+                self.task.start_from_records(earlier)
 
     def post_tuning(self) -> None:
         task = self.task

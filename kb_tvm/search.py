@@ -37,18 +37,37 @@ FEATURE_VERSION = "kb1:per-store-sum-max+props"
 
 @dataclass(frozen=True)
 class SearchOptions:
-    """Knobs of the search; KBSearch validates them."""
+    """Knobs of the search; KBSearch validates them. Defaults are what the benchmarks ran."""
 
+    # coarse phase: samples drawn per design space, measurements per region before ranking,
+    # the budget share after which ranking happens anyway, and how many regions go on
     coarse_samples_per_space: int = 256
     coarse_trials_per_region: int = 2
     coarse_max_fraction: float = 0.25
     keep_regions: int = 3
+    # fine phase: proposals scored per measurement slot; the measured best that parent them
+    # (fewer once refining); generations of mutation under the cost model between batches and
+    # the population each keeps
     proposals_per_trial: int = 6
+    elites: int = 8
+    refine_elites: int = 2
+    generations: int = 3
+    population: int = 32
+    # share of proposals that are fresh samples at the budget's start (falls to 0 at its end),
+    # and the least exploration weight scoring keeps until refining
+    explore_share: float = 0.3
+    min_exploration: float = 0.1
+    # the best few are measured again (up to remeasure_times each), at most this share of a batch
     remeasure_top: int = 3
     remeasure_times: int = 3
+    remeasure_share: float = 0.125
     refine_after: float = 0.85
     min_total_gain: float = 0.005
     patience: int = 3
+    # the search's own time: sampling at most this share of the budget, proposing at most this
+    # share of the batch it feeds (both at least a second or two)
+    sampling_time_share: float = 0.05
+    proposing_time_share: float = 0.1
     seed: int | None = None
     # same seed, same draws: samples replayed from explicit seeds in a fixed order, and no
     # time limit on how many are drawn (slower sampling; the budget itself stays wall-clock)
@@ -70,6 +89,8 @@ class Candidate:
     latencies: list[float] = field(default_factory=list)
     failures: int = 0
     error: str | None = None
+    verified: bool = True  # lowered cleanly (or needs no check); evolved children: not until chosen
+    generation: int = 0  # mutation steps from a sampled, borrowed or recorded schedule
 
     @property
     def measured(self) -> bool:
@@ -129,6 +150,7 @@ class TaskSearch:
         self.trials = 0
         self.batches = 0
         self.low_gain_rounds = 0
+        self.generations_run = 0  # of the last fine batch's evolution
         self.stop_reason: str | None = None
         self.in_flight: list[Candidate] = []
         self.batch_started = 0.0
@@ -192,7 +214,7 @@ class TaskSearch:
                         stats.failures += 1
                     else:
                         stats.measured_log_latencies.append(math.log(latency))
-            rows.append({"origin": origin, "regions": list(cand.regions),
+            rows.append({"origin": origin, "generation": cand.generation, "regions": list(cand.regions),
                          "predicted_ms": None if predicted is None else math.exp(predicted) * 1e3,
                          "measured_ms": None if failed else latency * 1e3, "error": cand.error if failed else None})
         ok = [r[0] for r in results if r[0] is not None]
@@ -220,7 +242,8 @@ class TaskSearch:
     def _sample_regions(self) -> None:
         started = time.monotonic()
         # sampling is cheap, but never let it eat more than 5% of the budget (unless repeatable)
-        deadline = math.inf if self.opt.repeatable else started + max(2.0, 0.05 * self.budget.remaining)
+        deadline = math.inf if self.opt.repeatable else started + max(
+            2.0, self.opt.sampling_time_share * self.budget.remaining)
         chunk = 8 * self.workers
         for space_index in range(len(self.spaces)):
             found, tries = 0, 0
@@ -236,6 +259,11 @@ class TaskSearch:
         for cand in self.pool + self.pinned:
             for name in cand.regions:
                 self.regions.setdefault(name, decisions.RegionStats(name)).sampled += 1
+        for cand in self.measured:  # measured before this run (start_from_records)
+            for name in cand.regions:
+                stats = self.regions.setdefault(name, decisions.RegionStats(name))
+                stats.sampled += 1
+                stats.measured_log_latencies.append(math.log(cand.latency))
         self.log.write(
             "coarse-sampled", design_spaces=len(self.spaces), templates=[t.name for t in self.templates],
             valid=len(self.pool), dropped=dict(self.dropped), seconds=time.monotonic() - started,
@@ -264,6 +292,26 @@ class TaskSearch:
             measurement_cost_from=self.borrowed[0].entry_id,
             cost_prior={"per_batch_s": self.cost.per_batch, "per_candidate_s": self.cost.per_candidate,
                         "per_run_second": self.cost.per_run_second})
+
+    def start_from_records(self, records: list[tuple[object, float]]) -> int:
+        """Schedules measured before (trace, latency s), e.g. the database's best of an
+        interrupted run: replayed here as measured candidates, so they parent the fine phase
+        and train the model without costing a measurement. How many applied."""
+        kinds = [sketch_kinds(space.trace) for space in self.spaces]
+        jobs, latencies = [], {}
+        for trace, latency in records:
+            space = next((i for i, k in enumerate(kinds) if k == sketch_kinds(trace)), None)
+            if space is not None:
+                latencies[f"database:{len(jobs)}"] = latency
+                jobs.append((trace, space, f"database:{len(jobs)}"))
+        for cand in self._realize(jobs):
+            cand.latencies.append(latencies[cand.origin])
+            self.measured.append(cand)
+        self._extract_features(self.measured)
+        self._train_model()
+        self.log.write("from-database", offered=len(records), same_sketch=len(jobs), applied=len(self.measured),
+                       best_ms=self.best.latency * 1e3 if self.best else None)
+        return len(self.measured)
 
     def _coarse_done(self) -> bool:
         if not self.pool:
@@ -343,23 +391,24 @@ class TaskSearch:
             self.phase = "refine"
             self.log.write("phase", phase="refine", why=f"{self.opt.refine_after:.0%} of the budget used: "
                            "only local refinement of the best from here")
-        remeasure = self._remeasure_slots(max(1, n // 8))
-        proposals = self._propose(self.opt.proposals_per_trial * n)
+        remeasure = self._remeasure_slots(max(1, int(n * self.opt.remeasure_share)))
+        proposals = self._evolve(self.opt.proposals_per_trial * n)
         if not proposals and not remeasure:
             return []
-        self._extract_features(proposals)
         feats = np.stack([c.features for c in proposals]) if proposals else np.zeros((0, 1))
         mu, sigma = self.model.predict(feats)
         p_fail = np.array([self.failures.probability(c.keys) for c in proposals])
         seconds = self.cost.predict(np.exp(mu), batch_size=n)
         best = math.log(self.best.latency) if self.best else float(np.min(mu, initial=0.0))
         explore = 0.0 if self.phase == "refine" else decisions.exploration_weight(self.budget.fraction_used)
-        gain, per_second = decisions.score_proposals(mu, sigma, p_fail, seconds, best, max(explore, 0.1))
-        order = np.argsort(-per_second)[: max(0, n - len(remeasure))]
+        gain, per_second = decisions.score_proposals(mu, sigma, p_fail, seconds, best,
+                                                     max(explore, self.opt.min_exploration))
+        order = self._verified_first(proposals, np.argsort(-per_second), max(0, n - len(remeasure)))
         chosen = [proposals[i] for i in order]
         rate = float(gain[order].sum() / max(seconds[order].sum(), 1e-9)) if len(order) else 0.0
         self.log.write("proposals", phase=self.phase, proposed=len(proposals), chosen=len(chosen),
                        remeasure=len(remeasure), exploration=explore,
+                       generations=self.generations_run,
                        expected_gain=float(gain[order].sum()) if len(order) else 0.0,
                        predicted_seconds=float(seconds[order].sum()) if len(order) else 0.0,
                        expected_gain_per_second=rate, dropped=dict(self.dropped),
@@ -370,41 +419,90 @@ class TaskSearch:
         self.batch_origins = [c.origin for c in chosen] + ["remeasure"] * len(remeasure)
         return chosen + remeasure
 
+    def _verified_first(self, proposals: list[Candidate], order: np.ndarray, wanted: int) -> list[int]:
+        """The first `wanted` indices of `order` whose candidates lower cleanly. Evolved children
+        are checked only here, when about to be measured (lowering costs ~20 ms each)."""
+        chosen: list[int] = []
+        start = 0
+        while len(chosen) < wanted and start < len(order):
+            chunk = [int(i) for i in order[start:start + max(2 * (wanted - len(chosen)), self.workers)]]
+            start += len(chunk)
+            todo = [i for i in chunk if not proposals[i].verified]
+            for i, (_, reason) in zip(todo, self.executor.map(self._verify, [proposals[i].sch for i in todo])):
+                proposals[i].verified = reason is None
+                if reason is not None:
+                    self.dropped[reason] += 1
+                    self.failures.observe(proposals[i].keys, True)
+            chosen += [i for i in chunk if proposals[i].verified][: wanted - len(chosen)]
+        return chosen
+
     def _remeasure_slots(self, limit: int) -> list[Candidate]:
         top = sorted(self.measured, key=lambda c: c.latency)[: self.opt.remeasure_top]
         return [c for c in top if len(c.latencies) < self.opt.remeasure_times][:limit]
 
-    def _propose(self, count: int) -> list[Candidate]:
+    def _evolve(self, count: int) -> list[Candidate]:
+        """About `count` new candidates for the fine phase: fresh samples while exploring, and
+        generations of mutation under the cost model. The first generation mutates the
+        measured elites; each later one mutates the best of a population that holds the
+        measured (by latency) and the children so far (by prediction), so the model leads the
+        search several steps between measurements, as MetaSchedule's evolution does."""
         kept = set(self.kept_regions)
         ranked = sorted(self.measured, key=lambda c: c.latency)
         # parents: the best of the kept regions, and always the overall best
         elites = ranked[:1] + [c for c in ranked[1:] if set(c.regions) & kept]
-        elites = elites[: 2 if self.phase == "refine" else 8]
-        explore_share = 0.0 if self.phase == "refine" else 0.3 * (1.0 - self.budget.fraction_used)
+        elites = elites[: self.opt.refine_elites if self.phase == "refine" else self.opt.elites]
+        explore_share = 0.0 if self.phase == "refine" else self.opt.explore_share * (1.0 - self.budget.fraction_used)
         mutators = self.mutators
         if self.phase == "refine":  # small steps only
             mutators = [(m, p) for m, p in mutators if "TileSize" in str(m) or "Unroll" in str(m)] or mutators
         weights = np.array([p for _, p in mutators], dtype=float)
         weights /= weights.sum()
-        rank_weights = 1.0 / (1.0 + np.arange(len(elites)))
-        rank_weights /= rank_weights.sum()
+        # proposing is the search's own cost: a share of what the batch will cost
+        deadline = math.inf if self.opt.repeatable else time.monotonic() + max(
+            1.0, self.opt.proposing_time_share * self.cost.batch_seconds(count // self.opt.proposals_per_trial))
+        # fresh samples: enough for the exploring share of the batch's slots to be chosen twice over
+        slots = max(1, count // self.opt.proposals_per_trial)
+        fresh = min(count, math.ceil(2 * explore_share * slots)) if elites else count
         proposals: list[Candidate] = []
+        population = [(math.log(c.latency), c) for c in elites]
+        generations = self.opt.generations if self.model.informed else 1
+        per_generation = max(1, math.ceil((count - fresh) / generations))
+        self.generations_run = 0
+        for _ in range(generations if elites else 0):
+            if time.monotonic() >= deadline:
+                break
+            children = self._mutate([c for _, c in population], per_generation, mutators, weights, deadline)
+            self._extract_features(children)
+            self.generations_run += 1
+            if not children:
+                continue
+            proposals += children
+            mu = self.model.predict(np.stack([c.features for c in children]))[0] if self.model.informed \
+                else self.rng.random(len(children))
+            population = sorted(population + list(zip(map(float, mu), children)),
+                                key=lambda pair: pair[0])[: self.opt.population]
+        explored = []
+        while self.pool and len(explored) < fresh:  # coarse samples of the kept regions not yet measured
+            explored.append(self.pool.pop(int(self.rng.integers(len(self.pool)))))
+        if len(explored) < fresh:
+            spaces = sorted({int(name.split("/")[0][1:]) for name in kept}) or list(range(len(self.spaces)))
+            explored += self._sample_space(int(self.rng.choice(spaces)), fresh - len(explored))
+        self._extract_features(explored)
+        return proposals + explored
+
+    def _mutate(self, parents: list[Candidate], count: int, mutators, weights, deadline: float) -> list[Candidate]:
+        """Up to `count` new children of `parents` (better ranked, more often), postprocessed
+        but not yet checked by lowering."""
+        rank_weights = 1.0 / (1.0 + np.arange(len(parents)))
+        rank_weights /= rank_weights.sum()
+        children: list[Candidate] = []
         attempts = 0
-        # proposing is the search's own cost: at most ~5% of what the batch will cost
-        deadline = time.monotonic() + max(1.0, 0.05 * self.cost.batch_seconds(count // self.opt.proposals_per_trial))
-        if self.opt.repeatable:
-            deadline = math.inf
-        spaces = sorted({int(name.split("/")[0][1:]) for name in kept}) or list(range(len(self.spaces)))
-        while len(proposals) < count and attempts < 4 * count and time.monotonic() < deadline:
-            jobs, fresh = [], 0
-            for _ in range(min(8 * self.workers, count - len(proposals))):
-                if not elites or self.rng.random() < explore_share:
-                    if self.pool:  # coarse samples of the kept regions not yet measured
-                        proposals.append(self.pool.pop(int(self.rng.integers(len(self.pool)))))
-                    else:
-                        fresh += 1
-                    continue
-                parent = elites[self.rng.choice(len(elites), p=rank_weights)]
+        while len(children) < count and attempts < 4 * count and time.monotonic() < deadline:
+            jobs = []
+            tries = min(8 * self.workers, count - len(children))
+            attempts += tries
+            for _ in range(tries):
+                parent = parents[self.rng.choice(len(parents), p=rank_weights)]
                 mutator = mutators[self.rng.choice(len(mutators), p=weights)][0]
                 try:  # an explicit seed: Mutator.apply would draw one from the OS
                     trace = mutator_apply(mutator, parent.sch.trace, int(self.rng.integers(1, 1 << 30)))
@@ -413,12 +511,9 @@ class TaskSearch:
                 except Exception:  # noqa: BLE001 - a mutator may reject a trace; try another
                     trace = None
                 if trace is not None:
-                    jobs.append((trace, parent.space, f"mutate:{type(mutator).__name__}"))
-            attempts += max(len(jobs) + fresh, 1)
-            proposals += self._realize(jobs)
-            if fresh:
-                proposals += self._sample_space(int(self.rng.choice(spaces)), fresh)
-        return proposals
+                    jobs.append((trace, parent.space, f"mutate:{type(mutator).__name__}", parent.generation + 1))
+            children += self._realize(jobs, verify=False)
+        return children
 
     def _check_worth(self, rate: float) -> None:
         if self.phase == "coarse" or not self.model.trained:
@@ -432,16 +527,18 @@ class TaskSearch:
                        f"{self.opt.min_total_gain:.1%} for {self.low_gain_rounds} rounds")
 
     # ------------------------------------------------------------ candidates
-    def _realize(self, jobs: list[tuple[object, int, str]], adapt: bool = False,
-                 tiles: list | None = None) -> list[Candidate]:
-        """Replay (trace, space, origin) jobs into postprocessed, verified, new candidates
-        (adapt: fit borrowed tile decisions to this workload; tiles: each job's SamplePerfectTile
-        decisions, in trace order). The TVM work runs on `workers` threads (TVM releases the GIL)."""
+    def _realize(self, jobs: list[tuple], adapt: bool = False,
+                 tiles: list | None = None, verify: bool = True) -> list[Candidate]:
+        """Replay (trace, space, origin[, generation]) jobs into postprocessed new candidates, checked by
+        lowering unless `verify` is False (adapt: fit borrowed tile decisions to this workload;
+        tiles: each job's SamplePerfectTile decisions, in trace order). The TVM work runs on
+        `workers` threads (TVM releases the GIL)."""
         seeds = [int(v) for v in self.rng.integers(1, 1 << 30, size=len(jobs))]
         tiles = tiles or [None] * len(jobs)
-        work = [(trace, seed, adapt, tile) for (trace, _, _), seed, tile in zip(jobs, seeds, tiles)]
+        work = [(job[0], seed, adapt, tile, verify) for job, seed, tile in zip(jobs, seeds, tiles)]
         replayed = self.executor.map(self._replay, work)
-        return self._admit([(sch, reason, space, origin) for (sch, reason), (_, space, origin) in zip(replayed, jobs)])
+        return self._admit([(sch, reason, job[1], job[2], job[3] if len(job) > 3 else 0, verify or not self.verify)
+                            for (sch, reason), job in zip(replayed, jobs)])
 
     def _sample_space(self, space_index: int, count: int) -> list[Candidate]:
         """`count` random valid samples of one design space, drawn by MetaSchedule's own
@@ -468,7 +565,7 @@ class TaskSearch:
         drawn = sampler.generate_measure_candidates() or []
         self.dropped["postproc"] += max(0, count - len(drawn))  # ReplayTrace's own failures, at least
         checked = self.executor.map(self._verify, [c.sch for c in drawn])
-        return self._admit([(sch, reason, space_index, "sample") for sch, reason in checked])
+        return self._admit([(sch, reason, space_index, "sample", 0, True) for sch, reason in checked])
 
     def _tile_plan(self, space_index: int):
         """(loop extents in fragments, WmmaLimits) when the space is MetaSchedule's WMMA sketch
@@ -498,7 +595,7 @@ class TaskSearch:
         from tvm_ffi import structural_hash
 
         made = []
-        for sch, reason, space_index, origin in replayed:
+        for sch, reason, space_index, origin, generation, verified in replayed:
             if reason is None:
                 key = structural_hash(sch.mod)
                 reason = "duplicate" if key in self.seen else None
@@ -510,13 +607,14 @@ class TaskSearch:
             props = schedule_properties(func, self.num_cores)
             matched = tuple(f"s{space_index}/{t.name}" for t in self.templates if t.matches(props))
             made.append(Candidate(sch=sch, space=space_index, regions=matched or (f"s{space_index}/unclassified",),
-                                  props=props, keys=self._failure_keys(sch.trace, space_index, props), origin=origin))
+                                  props=props, keys=self._failure_keys(sch.trace, space_index, props), origin=origin,
+                                  generation=generation, verified=verified))
         return made
 
     def _replay(self, job) -> tuple[object | None, str | None]:
         from tvm.s_tir.schedule import Schedule
 
-        trace, seed, adapt, tiles = job
+        trace, seed, adapt, tiles, verify = job
         if not hasattr(self._local, "postprocs"):  # postprocs may keep state: one copy per thread
             self._local.postprocs = [p.clone() for p in self.postprocs]
         try:
@@ -535,7 +633,7 @@ class TaskSearch:
             valid = False
         if not valid:
             return None, "postproc"
-        return self._verify(sch)
+        return self._verify(sch) if verify else (sch, None)
 
     @staticmethod
     def _failure_keys(trace, space_index: int, props: dict[str, float]) -> list[str]:

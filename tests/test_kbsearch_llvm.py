@@ -151,6 +151,31 @@ def test_kbsearch_works_in_tune_relax_with_one_shared_budget(tmp_path, llvm_targ
     assert len(database.get_all_tuning_records()) > 0
 
 
+def test_the_fine_phase_measures_children_of_children_the_model_chose_without_measuring(tuned_gemm):
+    *_, log = tuned_gemm
+    proposals = [e for e in log if e["event"] == "proposals"]
+    assert proposals and max(e["generations"] for e in proposals) >= 2
+    measured = [c for e in log if e["event"] == "batch" and e["phase"] != "coarse" for c in e["candidates"]
+                if c["origin"].startswith("mutate:")]
+    # a generation-2 child's parent was itself an unmeasured child, picked by the cost model
+    assert any(c["generation"] >= 2 for c in measured)
+
+
+def test_a_second_run_on_the_same_database_starts_from_the_first_runs_best(tmp_path, llvm_target):
+    _tune("gemm-128", llvm_target, tmp_path, "12s")
+    (log_path,) = (tmp_path / "kb_logs").glob("*.jsonl")
+    first = read_log(log_path)
+    log_path.rename(log_path.with_suffix(".first"))  # the second run writes a log of its own
+    _tune("gemm-128", llvm_target, tmp_path, "8s")
+    second = read_log(next((tmp_path / "kb_logs").glob("*.jsonl")))
+    (loaded,) = [e for e in second if e["event"] == "from-database"]
+    assert loaded["applied"] >= 1
+    first_best = min(e["best_ms"] for e in first if e["event"] == "batch" and e["best_ms"])
+    # not measured again, yet the best from the first batch on: the database's
+    assert loaded["best_ms"] <= first_best * 1.0001
+    assert next(e for e in second if e["event"] == "batch")["best_ms"] <= loaded["best_ms"]
+
+
 def test_bad_options_are_clear_errors():
     from kb_tvm import KBSearch
 
@@ -159,7 +184,11 @@ def test_bad_options_are_clear_errors():
     with pytest.raises(ValueError, match="refine_after=1.5: must be a fraction"):
         KBSearch(budget="1m", refine_after=1.5)
     with pytest.raises(TypeError, match="unknown KBSearch option"):
-        KBSearch(budget="1m", population=10)
+        KBSearch(budget="1m", population_size=10)
+    with pytest.raises(ValueError, match="generations=0: must be an integer >= 1"):
+        KBSearch(budget="1m", generations=0)
+    with pytest.raises(ValueError, match=r"explore_share=-0.1: must be a fraction in \[0, 1\]"):
+        KBSearch(budget="1m", explore_share=-0.1)
     with pytest.raises(ValueError, match='"1h30m"'):
         KBSearch(budget="soon")
     assert KBSearch(budget=90).budget.total == 90.0  # a number is seconds
