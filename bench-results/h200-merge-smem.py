@@ -88,7 +88,7 @@ def run(sch, config):
             tvm.runtime.tensor(np.zeros([int(d) for d in c_info.shape], str(c_info.dtype)), dev)]
     lib["main"](*args)
     error = float(np.abs(args[2].numpy().astype("float32") - expected).max())
-    seconds = float(np.median(lib.time_evaluator("main", dev, number=10, repeat=5)(*args).results))
+    seconds = float(np.median(lib.mod.time_evaluator("main", dev, number=10, repeat=5)(*args).results))
     return {"max_abs_error": error, "ms": seconds * 1e3}
 
 

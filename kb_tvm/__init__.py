@@ -4,6 +4,7 @@ from pathlib import Path as _Path
 
 from .budget import TuningBudget, parse_budget
 from .logger_guard import guard_metaschedule_logger
+from .measure.targets import build_config
 
 # Run from a source checkout (not installed), the data packages schedules/ and workloads/
 # sit beside kb_tvm/; installed, they are kb_tvm/schedules and kb_tvm/workloads.
@@ -13,7 +14,8 @@ if (_checkout / "workloads" / "__init__.py").is_file() and (_checkout / "schedul
 
 __version__ = "0.1.0"
 __all__ = ["Experience", "KBBuilder", "KBRunner", "KBSearch", "KBTaskScheduler", "ProgressRecorder",
-           "RecordDatabase", "TimeCappedSearch", "TuningBudget", "guard_metaschedule_logger", "parse_budget"]
+           "RecordDatabase", "TimeCappedSearch", "TuningBudget", "build_config", "guard_metaschedule_logger",
+           "parse_budget"]
 
 
 def __getattr__(name):

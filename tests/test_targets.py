@@ -33,3 +33,14 @@ def test_the_host_target_has_the_vector_units_a_bare_llvm_one_leaves_out():
 def test_cuda_without_a_gpu_is_a_clear_error():
     with pytest.raises(ValueError, match="no CUDA GPU is visible"):
         make_target("cuda")
+
+
+def test_cuda_builds_merge_shared_memory_and_cpu_builds_use_tvms_defaults():
+    import tvm
+
+    from kb_tvm import build_config
+
+    assert build_config(tvm.target.Target({"kind": "cuda", "arch": "sm_90"})) == {"tirx.merge_static_smem": True}
+    assert build_config(tvm.target.Target("llvm")) == {}
+    with tvm.transform.PassContext(config=build_config(tvm.target.Target("cuda"))):  # TVM knows the option
+        assert bool(tvm.transform.PassContext.current().config["tirx.merge_static_smem"])
