@@ -1,6 +1,6 @@
 """The glue to MetaSchedule: every `derived_object` of kb_tvm lives here.
 
-- `KBSearch`: the budget-aware coarse-to-fine SearchStrategy (logic in `search.py`).
+- `KBSearch`: the budget-aware coarse-to-fine SearchStrategy (logic in `search/`: planner, candidate factory, phases).
 - `TimeCappedSearch`: stock MetaSchedule's search, stopped when a wall budget is spent;
   the baseline for side-by-side runs (`--strategy evolutionary`).
 - `ProgressRecorder`: a MeasureCallback that records best latency against seconds.
@@ -47,7 +47,7 @@ from .measure.pipeline import BuildPool, Measurer
 from .measure.records import merged_seconds, record_latency
 from .measure.timing import TimingPolicy
 from .measure.workers import cuda_compiler
-from .search import FEATURE_VERSION, SearchOptions, TaskSearch
+from .search import FEATURE_VERSION, CandidateFactory, SearchOptions, TaskSearch
 from .templates import load_templates
 
 
@@ -188,7 +188,7 @@ class KBSearch(PySearchStrategy):
         batch = self.task.next_batch()
         if batch is None:
             return None
-        return [TaskSearch.measure_candidate(c) for c in batch]
+        return [CandidateFactory.measure_candidate(c) for c in batch]
 
     def notify_runner_results(self, measure_candidates, results) -> None:
         self.task.observe([(_mean_seconds(r), _result_error(r)) for r in results])

@@ -26,13 +26,13 @@ H200 = {"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024, "max_sha
         "thread_warp_size": 32, "registers_per_block": 65536, "host": {"kind": "llvm"}}
 
 
-def task_search(workload, target, *, fitted_tiles: bool, seed: int, log_dir: str):
-    """A KBSearch task for `workload`'s space on `target`, outside a tune (nothing is measured)."""
+def candidate_factory(workload, target, *, fitted_tiles: bool, seed: int, log_dir: str):
+    """KBSearch's candidate factory for `workload`'s space on `target`, outside a tune."""
+    import numpy as np
     from tvm.s_tir import meta_schedule as ms
 
-    from .budget import TuningBudget
     from .decision_log import DecisionLog
-    from .search import SearchOptions, TaskSearch
+    from .search import CandidateFactory, SearchOptions
     from .templates import load_templates
     from .tuning import _space_for
 
@@ -40,9 +40,9 @@ def task_search(workload, target, *, fitted_tiles: bool, seed: int, log_dir: str
                              task_name=workload.name, num_threads=2, rand_state=seed)
     spaces = context.generate_design_space()
     options = SearchOptions(seed=seed, repeatable=True, fitted_tiles=fitted_tiles)
-    return TaskSearch(context=context, design_spaces=spaces, templates=load_templates(target.kind.name),
-                      budget=TuningBudget("1h"), options=options, max_trials=1, trials_per_batch=1,
-                      log=DecisionLog.for_task(log_dir, workload.name, None))
+    return CandidateFactory(context=context, design_spaces=spaces, templates=load_templates(target.kind.name),
+                            options=options, rng=np.random.default_rng(seed),
+                            log=DecisionLog.for_task(log_dir, workload.name, None))
 
 
 def sample_yield(workload, target, *, samples: int, fitted_tiles: bool, seed: int = 1,
@@ -50,13 +50,13 @@ def sample_yield(workload, target, *, samples: int, fitted_tiles: bool, seed: in
     """Per design space: samples asked, valid (postprocessed and lowered), and the dropped by reason."""
     rows = []
     with tempfile.TemporaryDirectory() as log_dir:
-        task = task_search(workload, target, fitted_tiles=fitted_tiles, seed=seed, log_dir=log_dir)
+        task = candidate_factory(workload, target, fitted_tiles=fitted_tiles, seed=seed, log_dir=log_dir)
         if plain_lowering:
             task.pass_config = {}
         for space in range(len(task.spaces)):
             before = dict(task.dropped)
             started = time.perf_counter()
-            valid = task._sample_space(space, samples)
+            valid = task.sample(space, samples)
             dropped = {k: task.dropped[k] - before[k] for k in before}
             rows.append({"space": space, "asked": samples, "valid": len(valid), "dropped": dropped,
                          "seconds": time.perf_counter() - started,

@@ -3,8 +3,8 @@ import math
 import numpy as np
 import pytest
 
-from kb_tvm import decisions
-from kb_tvm.decisions import FailureModel, MeasurementCost, RegionStats
+from kb_tvm.search import decisions
+from kb_tvm.search.decisions import FailureModel, MeasurementCost, RegionStats
 
 
 def region(name, latencies=(), failures=0, sampled=10):
@@ -97,7 +97,7 @@ def test_stop_rule_needs_the_rest_of_the_budget_to_pay():
 
 
 def test_one_small_batch_with_a_large_fixed_cost_does_not_inflate_the_per_candidate_cost():
-    from kb_tvm.decisions import MeasurementCost, batch_size
+    from kb_tvm.search.decisions import MeasurementCost, batch_size
 
     # the H200 case: 4 candidates took 55 s, almost all of it the batch's fixed cost
     cost = MeasurementCost(2.2)

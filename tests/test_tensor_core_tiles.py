@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from kb_tvm.tensor_core_tiles import (
+from kb_tvm.search.tensor_core_tiles import (
     WmmaLimits,
     draw_tiles,
     fits,
@@ -46,15 +46,15 @@ def test_a_sketch_that_cannot_fit_draws_nothing_and_bad_limits_are_errors():
 def _yield(target, fitted_tiles, tmp_path, samples=24):
     from kb_tvm.workloads import get_workload
 
-    from kb_tvm.bench_yield import task_search
+    from kb_tvm.bench_yield import candidate_factory
     from kb_tvm.measure.targets import build_config
     from kb_tvm.search import lowers_cleanly
 
-    task = task_search(get_workload("gemm-1024-fp16"), target, fitted_tiles=fitted_tiles, seed=1,
+    task = candidate_factory(get_workload("gemm-1024-fp16"), target, fitted_tiles=fitted_tiles, seed=1,
                        log_dir=str(tmp_path / ("fitted" if fitted_tiles else "uniform")))
     valid = []
     for space in range(len(task.spaces)):
-        valid += task._sample_space(space, samples)
+        valid += task.sample(space, samples)
     asked = samples * len(task.spaces)
     assert task.pass_config == build_config(target) == {"tirx.merge_static_smem": True}
     assert all(lowers_cleanly(c.sch.mod, target, task.pass_config) for c in valid)  # it builds as kb builds

@@ -1,5 +1,5 @@
 """Tile decisions for MetaSchedule's WMMA tensor-core sketch that fit the GPU before anything is
-built. Plain Python: the search replays a sketch with these decisions (search.py).
+built. Plain Python: the search replays a sketch with these decisions (search/candidates.py).
 
 The sketch (MultiLevelTilingTensorCore, "SSSRRSRS") tiles the two spatial loops, counted in
 16x16 fragments, in five levels and the reduction loop in three:

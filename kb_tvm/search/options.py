@@ -1,0 +1,47 @@
+"""The search's knobs, each with its meaning. KBSearch validates them (adapter.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """Knobs of the search; KBSearch validates them. Defaults are what the benchmarks ran."""
+
+    # coarse phase: samples drawn per design space, measurements per region before ranking,
+    # the budget share after which ranking happens anyway, and how many regions go on
+    coarse_samples_per_space: int = 256
+    coarse_trials_per_region: int = 2
+    coarse_max_fraction: float = 0.25
+    keep_regions: int = 3
+    # fine phase: proposals scored per measurement slot; the measured best that parent them
+    # (fewer once refining); generations of mutation under the cost model between batches and
+    # the population each keeps
+    proposals_per_trial: int = 6
+    elites: int = 8
+    refine_elites: int = 2
+    generations: int = 3
+    population: int = 32
+    # share of proposals that are fresh samples at the budget's start (falls to 0 at its end),
+    # and the least exploration weight scoring keeps until refining
+    explore_share: float = 0.3
+    min_exploration: float = 0.1
+    # the best few are measured again (up to remeasure_times each), at most this share of a batch
+    remeasure_top: int = 3
+    remeasure_times: int = 3
+    remeasure_share: float = 0.125
+    refine_after: float = 0.85
+    min_total_gain: float = 0.005
+    patience: int = 3
+    # the search's own time: sampling at most this share of the budget, proposing at most this
+    # share of the batch it feeds (both at least a second or two)
+    sampling_time_share: float = 0.05
+    proposing_time_share: float = 0.1
+    seed: int | None = None
+    # same seed, same draws: samples replayed from explicit seeds in a fixed order, and no
+    # time limit on how many are drawn (slower sampling; the budget itself stays wall-clock)
+    repeatable: bool = False
+    # WMMA tensor-core sketches: draw tile decisions that fit the GPU's warps and shared memory
+    # (tensor_core_tiles.py) instead of uniformly as MetaSchedule does (~95% of those fail)
+    fitted_tiles: bool = True

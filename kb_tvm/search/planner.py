@@ -1,0 +1,223 @@
+"""What one task's search measures next, decided from plain numbers: no TVM here.
+
+The search asks before a batch (`why_stop`, `batch_size`, `pick_coarse` or `parents` and
+`choose`) and tells after it (`tell`). Candidates are anything with `regions`, `latency`,
+`latencies`, `measured` and `failures` (search/candidates.py's Candidate); latencies are
+handled as log-seconds, so gains are relative.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..budget import TuningBudget
+from . import decisions
+from .options import SearchOptions
+
+
+class Planner:
+    """The policy of one task's search: pacing, regions, phases, parents, choices, stopping."""
+
+    def __init__(self, *, options: SearchOptions, budget: TuningBudget, trials_per_batch: int, max_trials: int,
+                 num_cores: int, cost: decisions.MeasurementCost, rng: np.random.Generator,
+                 won_before: frozenset[str] = frozenset()) -> None:
+        self.opt = options
+        self.budget = budget
+        self.trials_per_batch = trials_per_batch
+        self.max_trials = max_trials
+        self.num_cores = num_cores
+        self.cost = cost
+        self.rng = rng
+        self.won_before = won_before  # regions that won on similar workloads
+        self.failures = decisions.FailureModel()
+        self.regions: dict[str, decisions.RegionStats] = {}
+        self.kept_regions: list[str] = []
+        self.refining = False
+        self.trials = 0
+        self.batches = 0
+        self.low_gain_rounds = 0
+        self.stop_reason: str | None = None
+        self.spent_at_start = budget.spent  # a task may start late in a shared budget
+
+    # ------------------------------------------------------------ pacing
+    def why_stop(self) -> str | None:
+        """Why no batch should start now, or None."""
+        if self.stop_reason is None:
+            if self.budget.exhausted:
+                self.stop("budget spent")
+            elif self.trials >= self.max_trials:
+                self.stop(f"trial cap of {self.max_trials} reached")
+        return self.stop_reason
+
+    def batch_size(self, pinned: int) -> int | None:
+        """Candidates in the next batch (`pinned`: borrowed schedules waiting to go first), or
+        None when that batch would overrun the budget (and the search stops)."""
+        preferred = min(self.trials_per_batch, self.max_trials - self.trials)
+        n = decisions.batch_size(self.budget.remaining, self.cost, preferred=preferred,
+                                 minimum=min(max(self.num_cores, preferred // 4), preferred))
+        if not self.batches:
+            n = decisions.warm_start_batch(pinned, self.cost, self.budget.remaining, n)
+        if self.batches and decisions.overruns(self.budget.remaining, self.cost.batch_seconds(n)):
+            self.stop(f"the next batch (~{self.cost.batch_seconds(n):.0f}s) would overrun the "
+                      f"{self.budget.remaining:.0f}s left by more than half")
+            return None
+        return n
+
+    def stop(self, reason: str) -> bool:
+        """Record why the search stops; False if it had stopped already."""
+        if self.stop_reason is not None:
+            return False
+        self.stop_reason = reason
+        return True
+
+    # ------------------------------------------------------------ regions (coarse phase)
+    def count_samples(self, sampled: list, measured_before: list) -> None:
+        """Regions from the coarse samples, and from candidates measured before this run."""
+        for cand in sampled:
+            for name in cand.regions:
+                self.regions.setdefault(name, decisions.RegionStats(name)).sampled += 1
+        for cand in measured_before:
+            for name in cand.regions:
+                stats = self.regions.setdefault(name, decisions.RegionStats(name))
+                stats.sampled += 1
+                stats.measured_log_latencies.append(math.log(cand.latency))
+
+    def coarse_done(self, pool: list) -> bool:
+        """Every region measured enough, or no unmeasured sample left, or the coarse phase
+        had its share of the budget; never before one batch (regions rank on measurements)."""
+        if not pool:
+            return True
+        if not self.batches:
+            return False
+        if (self.budget.spent - self.spent_at_start) >= self.opt.coarse_max_fraction * self.budget.total:
+            return True
+        return all(s.trials >= self.opt.coarse_trials_per_region or not unmeasured(pool, name)
+                   for name, s in self.regions.items())
+
+    def pick_coarse(self, ranked: list, pinned: list, n: int) -> tuple[list, list]:
+        """(batch, pinned left): borrowed schedules first, then round-robin over the regions
+        that still need measurements, best ranked first; then the best ranked of any region,
+        since a batch has a fixed cost. `ranked`: unmeasured samples, best predicted first."""
+        chosen = list(pinned[:n])
+        chosen_ids = {id(c) for c in chosen}
+        planned = {name: s.trials for name, s in self.regions.items()}
+        while len(chosen) < n:
+            needy = sorted((t, name) for name, t in planned.items() if t < self.opt.coarse_trials_per_region)
+            progress = False
+            for _, name in needy:
+                if len(chosen) >= n:
+                    break
+                cand = next((c for c in ranked if name in c.regions and id(c) not in chosen_ids), None)
+                if cand is None:
+                    continue
+                chosen.append(cand)
+                chosen_ids.add(id(cand))
+                for region in cand.regions:
+                    planned[region] = planned.get(region, 0) + 1
+                progress = True
+            if not progress:
+                break
+        chosen += [c for c in ranked if id(c) not in chosen_ids][: n - len(chosen)]
+        return chosen, list(pinned[n:])
+
+    def keep_regions(self, predicted_best: dict[str, float], best_regions: tuple[str, ...]) -> list[tuple]:
+        """Rank the regions (predicted_best: region -> best predicted log-latency of its
+        unmeasured samples) and keep the best; ranked rows (stats, score, kept, why)."""
+        for name, value in predicted_best.items():
+            self.regions[name].predicted_best_log_latency = value
+        ranked = decisions.rank_regions(list(self.regions.values()), keep=self.opt.keep_regions,
+                                        won_before=self.won_before)
+        self.kept_regions = [r.name for r, _, kept, _ in ranked if kept] or list(best_regions)
+        return ranked
+
+    # ------------------------------------------------------------ fine phase
+    def refine_due(self) -> bool:
+        """True once, when the budget reaches `refine_after`: only local refinement after."""
+        if self.refining or self.budget.fraction_used < self.opt.refine_after:
+            return False
+        self.refining = True
+        return True
+
+    def parents(self, measured: list) -> list:
+        """The measured best of the kept regions, and always the overall best."""
+        kept = set(self.kept_regions)
+        ranked = sorted(measured, key=lambda c: c.latency)
+        elites = ranked[:1] + [c for c in ranked[1:] if set(c.regions) & kept]
+        return elites[: self.opt.refine_elites if self.refining else self.opt.elites]
+
+    def proposal_split(self, count: int, have_parents: bool, model_informed: bool) -> tuple[int, int, int]:
+        """(fresh samples, generations, children per generation) for `count` proposals: fresh
+        samples enough for the exploring share of the slots to be chosen twice over, and
+        generations under the model only once it has learned something."""
+        if not have_parents:
+            return count, 0, 0
+        explore_share = 0.0 if self.refining else self.opt.explore_share * (1.0 - self.budget.fraction_used)
+        slots = max(1, count // self.opt.proposals_per_trial)
+        fresh = min(count, math.ceil(2 * explore_share * slots))
+        generations = self.opt.generations if model_informed else 1
+        return fresh, generations, max(1, math.ceil((count - fresh) / generations))
+
+    def proposing_seconds(self, count: int) -> float:
+        """How long proposing `count` may take: a share of the batch it feeds."""
+        if self.opt.repeatable:
+            return math.inf
+        return max(1.0, self.opt.proposing_time_share * self.cost.batch_seconds(count // self.opt.proposals_per_trial))
+
+    def remeasure(self, measured: list, n: int) -> list:
+        """The best few, measured fewer than `remeasure_times`, in at most a share of the batch."""
+        limit = max(1, int(n * self.opt.remeasure_share))
+        top = sorted(measured, key=lambda c: c.latency)[: self.opt.remeasure_top]
+        return [c for c in top if len(c.latencies) < self.opt.remeasure_times][:limit]
+
+    def exploration(self) -> float:
+        """How much uncertainty counts in scoring now (0 while refining)."""
+        return 0.0 if self.refining else decisions.exploration_weight(self.budget.fraction_used)
+
+    def score(self, mu: np.ndarray, sigma: np.ndarray, keys: list[list[str]], latency_s: np.ndarray,
+              best_log_latency: float, batch_size: int) -> dict[str, np.ndarray]:
+        """Expected gain, predicted seconds and gain per second of each proposal."""
+        p_fail = np.array([self.failures.probability(k) for k in keys])
+        seconds = self.cost.predict(latency_s, batch_size=batch_size)
+        gain, per_second = decisions.score_proposals(mu, sigma, p_fail, seconds, best_log_latency,
+                                                     max(self.exploration(), self.opt.min_exploration))
+        return {"gain": gain, "seconds": seconds, "per_second": per_second, "p_fail": p_fail,
+                "order": np.argsort(-per_second)}
+
+    def check_worth(self, rate: float, model_trained: bool) -> None:
+        """Stop when spending the rest at this expected gain per second buys too little,
+        `patience` rounds in a row."""
+        if not model_trained:
+            return
+        if decisions.worth_continuing(rate, self.budget.remaining, self.opt.min_total_gain):
+            self.low_gain_rounds = 0
+            return
+        self.low_gain_rounds += 1
+        if self.low_gain_rounds >= self.opt.patience:
+            self.stop(f"expected gain {rate:.2e}/s x {self.budget.remaining:.0f}s left < "
+                      f"{self.opt.min_total_gain:.1%} for {self.low_gain_rounds} rounds")
+
+    # ------------------------------------------------------------ after a batch
+    def tell(self, batch: list, results: list[tuple[float | None, str | None]], origins: list[str],
+             seconds: float) -> None:
+        """A measured batch: failures, region statistics (re-measures aside) and costs."""
+        for cand, (latency, _), origin in zip(batch, results, origins):
+            self.failures.observe(cand.keys, latency is None)
+            if origin == "remeasure":
+                continue
+            for name in cand.regions:
+                stats = self.regions.get(name)
+                if stats is None:
+                    continue
+                if latency is None:
+                    stats.failures += 1
+                else:
+                    stats.measured_log_latencies.append(math.log(latency))
+        ok = [r[0] for r in results if r[0] is not None]
+        self.cost.observe_batch(len(results), float(sum(ok)), seconds)
+        self.batches += 1
+
+
+def unmeasured(pool: list, region: str) -> list:
+    return [c for c in pool if region in c.regions and not c.measured and not c.failures]

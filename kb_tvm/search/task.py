@@ -1,0 +1,348 @@
+"""One task's coarse-to-fine, budget-aware search: the loop and its phases. The policy is the
+planner's (planner.py, no TVM), the TVM mechanics the candidate factory's (candidates.py).
+
+Coarse phase: sample each design space without measuring, sort valid samples into regions
+(design space x template), measure a few per region, keep the best regions.
+Fine phase: evolve the best measured candidates of the kept regions for a few generations under
+the cost model (plus fresh samples while exploring), score each proposal by expected gain per
+predicted second, measure the best; re-measure the top few. Refine phase: the fine phase near the
+end of the budget, small steps from the very best only. Stop when it stops paying.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from ..budget import TuningBudget
+from ..decision_log import DecisionLog
+from ..surrogate import EnsembleCostModel, PriorModel
+from ..templates import Template
+from ..warm_start import Borrowed
+from . import decisions
+from .candidates import FEATURE_VERSION, Candidate, CandidateFactory
+from .options import SearchOptions
+from .planner import Planner, unmeasured
+
+
+class TaskSearch:
+    """State and loop of KBSearch for one task (one TuneContext): asks the current phase for a
+    batch, tells the planner and the model what it measured."""
+
+    def __init__(self, *, context, design_spaces, templates: list[Template], budget: TuningBudget,
+                 options: SearchOptions, max_trials: int, trials_per_batch: int, log: DecisionLog,
+                 borrowed: list[Borrowed] | None = None, prior: PriorModel | None = None) -> None:
+        self.ctx = context
+        self.budget = budget
+        self.opt = options
+        self.log = log
+        self.rng = np.random.default_rng(options.seed)
+        self.borrowed = list(borrowed or [])
+        self.model = EnsembleCostModel(seed=int(self.rng.integers(1 << 30)), prior=prior)
+        costs = self.borrowed[0].costs if self.borrowed else None  # the nearest workload's
+        cost = decisions.MeasurementCost() if costs is None else decisions.MeasurementCost(
+            costs["per_candidate_s"], per_batch=costs["per_batch_s"], per_run_second=costs["per_run_second"])
+        self.factory = CandidateFactory(context=context, design_spaces=design_spaces, templates=templates,
+                                        options=options, rng=self.rng, log=log)
+        self.plan = Planner(options=options, budget=budget, trials_per_batch=trials_per_batch, max_trials=max_trials,
+                            num_cores=self.factory.num_cores, cost=cost, rng=self.rng,
+                            won_before=frozenset(name for b in self.borrowed for name in b.regions_won[:1]))
+        self.phase: CoarsePhase | FinePhase = CoarsePhase()
+        self.pinned: list[Candidate] = []  # borrowed schedules: measured in the first batch
+        self.pool: list[Candidate] = []  # sampled in the coarse phase, not yet measured
+        self.measured: list[Candidate] = []
+        self.sampled = False
+        self.stopped = False  # the stop is logged and the factory's threads released
+        self.in_flight: list[Candidate] = []
+        self.batch_started = 0.0
+        self.batch_predictions: list[float | None] = []
+        self.batch_origins: list[str] = []
+        self.own_seconds = 0.0  # seconds of this task's own batches
+        self.trajectory: list[list[float]] = []  # [own seconds, best latency s] per batch
+
+    @property
+    def best(self) -> Candidate | None:
+        return min(self.measured, key=lambda c: c.latency) if self.measured else None
+
+    @property
+    def stop_reason(self) -> str | None:
+        return self.plan.stop_reason
+
+    # ------------------------------------------------------------ the loop
+    def next_batch(self) -> list[Candidate] | None:
+        self.batch_started = time.monotonic()
+        if self.plan.why_stop() is not None:
+            self.stop(self.plan.stop_reason)
+            return None
+        if not self.sampled:
+            self._sample_regions()
+        n = self.plan.batch_size(len(self.pinned))
+        if n is None:
+            self.stop(self.plan.stop_reason)
+            return None
+        self.phase = self.phase.next(self)
+        batch = self.phase.batch(self, n)
+        if not batch:
+            self.stop("no new valid candidate could be generated")
+            return None
+        self.in_flight = batch
+        self.plan.trials += len(batch)
+        return batch
+
+    def observe(self, results: list[tuple[float | None, str | None]]) -> None:
+        """results[i] = (mean run seconds or None, error or None) for in_flight[i]."""
+        seconds = time.monotonic() - self.batch_started
+        improved_from = self.best.latency if self.best else math.inf
+        rows = []
+        for cand, (latency, error), predicted, origin in zip(
+                self.in_flight, results, self.batch_predictions, self.batch_origins):
+            failed = latency is None
+            if failed:
+                cand.failures += 1
+                cand.error = (error or "unknown error").strip().splitlines()[-1][:200]
+            else:
+                if not cand.measured:
+                    self.measured.append(cand)
+                cand.latencies.append(latency)
+            rows.append({"origin": origin, "generation": cand.generation, "regions": list(cand.regions),
+                         "predicted_ms": None if predicted is None else math.exp(predicted) * 1e3,
+                         "measured_ms": None if failed else latency * 1e3, "error": cand.error if failed else None})
+        self.plan.tell(self.in_flight, results, self.batch_origins, seconds)
+        self._train_model()
+        self.own_seconds += seconds
+        best = self.best
+        if best is not None:
+            self.trajectory.append([self.own_seconds, best.latency])
+        cost = self.plan.cost
+        self.log.write(
+            "batch", phase=self.phase.name, batch=self.plan.batches, trials=self.plan.trials, seconds=seconds,
+            candidates=rows, failed=sum(r[0] is None for r in results),
+            best_ms=best.latency * 1e3 if best else None,
+            improved=bool(best and best.latency < improved_from),
+            cost_model={"per_batch_s": cost.per_batch, "per_candidate_s": cost.per_candidate,
+                        "per_run_second": cost.per_run_second},
+            budget_spent_s=self.budget.spent, budget_left_s=self.budget.remaining)
+
+    def stop(self, reason: str) -> None:
+        self.plan.stop(reason)
+        if self.stopped:
+            return
+        self.stopped = True
+        self.factory.close()
+        best = self.best
+        self.log.write("stop", reason=self.plan.stop_reason, trials=self.plan.trials, batches=self.plan.batches,
+                       best_ms=best.latency * 1e3 if best else None,
+                       best_regions=list(best.regions) if best else None,
+                       best_measurements=len(best.latencies) if best else 0,
+                       budget_spent_s=self.budget.spent, budget_left_s=self.budget.remaining)
+
+    # ------------------------------------------------------------ where candidates start
+    def _sample_regions(self) -> None:
+        started = time.monotonic()
+        self.sampled = True
+        # sampling is cheap, but never let it eat more than its share of the budget (unless repeatable)
+        deadline = math.inf if self.opt.repeatable else started + max(
+            2.0, self.opt.sampling_time_share * self.budget.remaining)
+        chunk = 8 * self.factory.workers
+        for space_index in range(len(self.factory.spaces)):
+            found, tries = 0, 0
+            wanted = self.opt.coarse_samples_per_space
+            while found < wanted and tries < 8 * wanted and time.monotonic() < deadline:
+                asked = min(chunk, wanted - found)
+                tries += asked
+                made = self.factory.sample(space_index, asked)
+                self.pool += made
+                found += len(made)
+        self._borrow()
+        self.factory.extract_features(self.pool + self.pinned)
+        self.plan.count_samples(self.pool + self.pinned, self.measured)
+        self.log.write(
+            "coarse-sampled", design_spaces=len(self.factory.spaces), templates=[t.name for t in self.factory.templates],
+            valid=len(self.pool), dropped=dict(self.factory.dropped), seconds=time.monotonic() - started,
+            regions={name: {"sampled": s.sampled} for name, s in self.plan.regions.items()})
+
+    def _borrow(self) -> None:
+        """Replay the best schedules of similar workloads here, tiles fitted to this one's
+        loops; those that apply are measured in the first batch."""
+        if not self.borrowed:
+            return
+        for lender in self.borrowed:
+            made, same_sketch = self.factory.replay_traces(lender.traces, f"borrowed:{lender.entry_id}", adapt=True)
+            self.pinned += made
+            lender.used["schedules"] = {"offered": len(lender.traces), "same_sketch": same_sketch, "applied": len(made)}
+        cost = self.plan.cost
+        self.log.write("borrowed", entries=[
+            {"entry": b.entry_id, "workload": b.workload_name, "distance": round(b.distance, 3),
+             "best_ms": b.best_latency_s * 1e3, **b.used} for b in self.borrowed],
+            prior_model=self.model.prior.source if self.model.prior is not None else None,
+            regions_won_before=sorted(self.plan.won_before),
+            measurement_cost_from=self.borrowed[0].entry_id,
+            cost_prior={"per_batch_s": cost.per_batch, "per_candidate_s": cost.per_candidate,
+                        "per_run_second": cost.per_run_second})
+
+    def start_from_records(self, records: list[tuple[object, float]]) -> int:
+        """Schedules measured before (trace, latency s), e.g. the database's best of an
+        interrupted run: replayed here as measured candidates, so they parent the fine phase
+        and train the model without costing a measurement. How many applied."""
+        made, same_sketch = self.factory.replay_traces([t for t, _ in records], "database:{i}", adapt=False)
+        for cand in made:
+            cand.latencies.append(records[int(cand.origin.split(":")[1])][1])
+            self.measured.append(cand)
+        self.factory.extract_features(self.measured)
+        self._train_model()
+        self.log.write("from-database", offered=len(records), same_sketch=same_sketch, applied=len(self.measured),
+                       best_ms=self.best.latency * 1e3 if self.best else None)
+        return len(self.measured)
+
+    # ------------------------------------------------------------ model
+    def rank_keys(self, cands: list[Candidate]) -> np.ndarray:
+        """Lower is better: predicted log-latency when the model knows something, else random."""
+        if not self.model.informed:
+            return self.rng.random(len(cands))
+        return self.model.predict(np.stack([c.features for c in cands]))[0]
+
+    def set_predictions(self, batch: list[Candidate], predictions: list[float | None] | None = None) -> None:
+        if predictions is None:
+            if batch and self.model.informed:
+                predictions = [float(v) for v in self.model.predict(np.stack([c.features for c in batch]))[0]]
+            else:
+                predictions = [None] * len(batch)
+        self.batch_predictions = predictions
+
+    def _train_model(self) -> None:
+        rows = [(c.features, math.log(lat)) for c in self.measured for lat in c.latencies[:1]]
+        if rows:
+            self.model.fit(np.stack([r[0] for r in rows]), np.array([r[1] for r in rows]))
+
+    def experience(self, keep: int = 5) -> dict | None:
+        """What this task's run teaches later ones: None if nothing was measured."""
+        ranked = sorted(self.measured, key=lambda c: c.latency)
+        if not ranked:
+            return None
+        rows = [(c.features, math.log(lat)) for c in self.measured for lat in c.latencies[:1]
+                if c.features is not None]
+        regions = list(ranked[0].regions) + [r for r in self.plan.kept_regions if r not in ranked[0].regions]
+        cost = self.plan.cost
+        return {"best": [(c.sch.trace, c.latency) for c in ranked[:keep]], "trajectory": self.trajectory,
+                "regions_won": regions, "seconds": self.own_seconds, "trials": self.plan.trials,
+                "costs": {"per_batch_s": cost.per_batch, "per_candidate_s": cost.per_candidate,
+                          "per_run_second": cost.per_run_second},
+                "samples": (FEATURE_VERSION, np.stack([r[0] for r in rows]), np.array([r[1] for r in rows]))
+                if rows else None}
+
+
+class CoarsePhase:
+    """Measure a few samples of every region; then rank the regions and keep the best."""
+
+    name = "coarse"
+
+    def next(self, task: TaskSearch) -> CoarsePhase | FinePhase:
+        if not task.plan.coarse_done(task.pool):
+            return self
+        predicted = {}
+        for name in task.plan.regions:
+            rest = unmeasured(task.pool, name)
+            if rest and task.model.informed:
+                predicted[name] = float(np.min(task.rank_keys(rest)))
+        best = task.best
+        ranked = task.plan.keep_regions(predicted, best.regions if best else ())
+        task.log.write("regions", regions=[
+            {"region": r.name, "score": score, "kept": kept, "why": why, "sampled": r.sampled,
+             "measured": len(r.measured_log_latencies), "failed": r.failures,
+             "best_ms": None if r.best_log_latency is None else math.exp(r.best_log_latency) * 1e3,
+             "predicted_best_ms": None if r.predicted_best_log_latency is None
+             else math.exp(r.predicted_best_log_latency) * 1e3}
+            for r, score, kept, why in ranked])
+        kept = set(task.plan.kept_regions)
+        task.pool = [c for c in task.pool if not c.measured and set(c.regions) & kept]
+        return FinePhase().next(task)
+
+    def batch(self, task: TaskSearch, n: int) -> list[Candidate]:
+        unmeasured_pool = [c for c in task.pool if not c.measured and not c.failures]
+        # one prediction over the pool, not one per region and round
+        ranked = [unmeasured_pool[i] for i in np.argsort(task.rank_keys(unmeasured_pool))] if unmeasured_pool else []
+        chosen, task.pinned = task.plan.pick_coarse(ranked, task.pinned, n)
+        task.set_predictions(chosen)
+        task.batch_origins = [c.origin for c in chosen]
+        return chosen
+
+
+class FinePhase:
+    """Evolve under the cost model, measure by expected gain per predicted second; named
+    "refine" once the planner says so (small steps from the very best)."""
+
+    def __init__(self) -> None:
+        self.name = "fine"
+        self.generations_run = 0  # in the last batch's evolution
+
+    def next(self, task: TaskSearch) -> FinePhase:
+        if task.plan.refine_due():
+            self.name = "refine"
+            task.log.write("phase", phase="refine", why=f"{task.opt.refine_after:.0%} of the budget used: "
+                           "only local refinement of the best from here")
+        return self
+
+    def batch(self, task: TaskSearch, n: int) -> list[Candidate]:
+        plan = task.plan
+        remeasure = plan.remeasure(task.measured, n)
+        proposals = self._evolve(task, task.opt.proposals_per_trial * n)
+        if not proposals and not remeasure:
+            return []
+        feats = np.stack([c.features for c in proposals]) if proposals else np.zeros((0, 1))
+        mu, sigma = task.model.predict(feats)
+        best = math.log(task.best.latency) if task.best else float(np.min(mu, initial=0.0))
+        scores = plan.score(mu, sigma, [c.keys for c in proposals], np.exp(mu), best, batch_size=n)
+        order, failed = task.factory.verified_first(proposals, scores["order"], max(0, n - len(remeasure)))
+        for cand in failed:  # did not lower: what the failure model learns from
+            plan.failures.observe(cand.keys, True)
+        chosen = [proposals[i] for i in order]
+        gain, seconds = scores["gain"][order], scores["seconds"][order]
+        rate = float(gain.sum() / max(seconds.sum(), 1e-9)) if len(order) else 0.0
+        task.log.write("proposals", phase=self.name, proposed=len(proposals), chosen=len(chosen),
+                       remeasure=len(remeasure), exploration=plan.exploration(),
+                       generations=self.generations_run, expected_gain=float(gain.sum()),
+                       predicted_seconds=float(seconds.sum()), expected_gain_per_second=rate,
+                       dropped=dict(task.factory.dropped),
+                       p_fail_mean=float(scores["p_fail"].mean()) if len(proposals) else 0.0,
+                       avoided_decisions=plan.failures.worst_keys())
+        plan.check_worth(rate, task.model.trained)
+        task.set_predictions(chosen + remeasure, [float(mu[i]) for i in order] + [None] * len(remeasure))
+        task.batch_origins = [c.origin for c in chosen] + ["remeasure"] * len(remeasure)
+        return chosen + remeasure
+
+    def _evolve(self, task: TaskSearch, count: int) -> list[Candidate]:
+        """About `count` new candidates: generations of mutation under the cost model, and
+        fresh samples while exploring. The first generation mutates the measured elites; each
+        later one the best of a population holding the measured (by latency) and the children
+        so far (by prediction), so the model leads the search several steps between
+        measurements, as MetaSchedule's evolution does."""
+        plan, factory = task.plan, task.factory
+        elites = plan.parents(task.measured)
+        fresh, generations, per_generation = plan.proposal_split(count, bool(elites), task.model.informed)
+        deadline = time.monotonic() + plan.proposing_seconds(count)
+        population = [(math.log(c.latency), c) for c in elites]
+        proposals: list[Candidate] = []
+        self.generations_run = 0
+        for _ in range(generations):
+            if time.monotonic() >= deadline:
+                break
+            children = factory.mutate([c for _, c in population], per_generation, small_steps=plan.refining,
+                                      deadline=deadline)
+            factory.extract_features(children)
+            self.generations_run += 1
+            if not children:
+                continue
+            proposals += children
+            population = sorted(population + list(zip(map(float, task.rank_keys(children)), children)),
+                                key=lambda pair: pair[0])[: task.opt.population]
+        explored = []
+        while task.pool and len(explored) < fresh:  # coarse samples of the kept regions not yet measured
+            explored.append(task.pool.pop(int(task.rng.integers(len(task.pool)))))
+        if len(explored) < fresh:
+            kept = plan.kept_regions
+            spaces = sorted({int(name.split("/")[0][1:]) for name in kept}) or list(range(len(factory.spaces)))
+            explored += factory.sample(int(task.rng.choice(spaces)), fresh - len(explored))
+        factory.extract_features(explored)
+        return proposals + explored

@@ -1,0 +1,140 @@
+"""The search's planner with plain numbers: no TVM, no schedules."""
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kb_tvm.budget import TuningBudget
+from kb_tvm.search.decisions import MeasurementCost
+from kb_tvm.search.options import SearchOptions
+from kb_tvm.search.planner import Planner
+
+
+@dataclass
+class Item:
+    regions: tuple
+    latencies: list = field(default_factory=list)
+    failures: int = 0
+    keys: list = field(default_factory=list)
+
+    @property
+    def measured(self):
+        return bool(self.latencies)
+
+    @property
+    def latency(self):
+        return float(np.median(self.latencies)) if self.latencies else math.inf
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def _planner(total=100.0, **options):
+    clock = Clock()
+    budget = TuningBudget(total, clock=clock).start()
+    plan = Planner(options=SearchOptions(**options), budget=budget, trials_per_batch=8, max_trials=1000,
+                   num_cores=2, cost=MeasurementCost(1.0), rng=np.random.default_rng(0))
+    return plan, clock
+
+
+def test_coarse_batches_go_round_robin_over_regions_that_need_measurements_borrowed_first():
+    plan, _ = _planner(coarse_trials_per_region=1)
+    a = [Item(("s0/a",)) for _ in range(3)]
+    b = [Item(("s0/b",)) for _ in range(3)]
+    pinned = [Item(("s0/b",))]
+    plan.count_samples(a + b + pinned, [])
+    batch, left = plan.pick_coarse(a + b, pinned, 3)  # ranked: all of a before any of b
+    assert batch == [pinned[0], a[0], b[0]] and left == []  # one of each region, not a's three best
+    batch, _ = plan.pick_coarse(a + b, [], 4)  # every region had its turn: the rest by rank
+    assert batch == [a[0], b[0], a[1], a[2]]
+
+
+def test_the_coarse_phase_ends_when_regions_are_measured_or_its_budget_share_is_spent():
+    plan, clock = _planner(coarse_trials_per_region=1, coarse_max_fraction=0.25)
+    pool = [Item(("s0/a",)), Item(("s0/b",))]
+    plan.count_samples(pool, [])
+    assert not plan.coarse_done(pool)  # never before a first batch
+    pool[0].latencies.append(1e-3)
+    plan.tell([pool[0]], [(1e-3, None)], ["sample"], 1.0)
+    assert not plan.coarse_done(pool)  # region b has no measurement yet
+    clock.now = 30.0  # past 25% of 100 s
+    assert plan.coarse_done(pool)
+
+
+def test_regions_kept_are_the_best_measured_and_failures_count_against_them():
+    plan, _ = _planner(keep_regions=1)
+    fast, slow = Item(("s0/fast",), [1e-3]), Item(("s0/slow",), [4e-3])
+    plan.count_samples([fast, slow], [])
+    plan.tell([fast, slow], [(1e-3, None), (4e-3, None)], ["sample", "sample"], 2.0)
+    rows = plan.keep_regions({}, ())
+    assert plan.kept_regions == ["s0/fast"]
+    assert [kept for _, _, kept, _ in rows] == [True, False]
+
+
+def test_parents_are_the_best_of_kept_regions_and_fewer_when_refining():
+    plan, clock = _planner(elites=3, refine_elites=1, refine_after=0.5)
+    plan.kept_regions = ["s0/a"]
+    items = [Item(("s0/a",), [t]) for t in (3e-3, 1e-3, 2e-3, 4e-3)] + [Item(("s0/b",), [0.5e-3])]
+    assert [p.latency for p in plan.parents(items)] == [0.5e-3, 1e-3, 2e-3]  # overall best always
+    assert not plan.refine_due()
+    clock.now = 60.0
+    assert plan.refine_due() and not plan.refine_due()  # once
+    assert [p.latency for p in plan.parents(items)] == [0.5e-3]
+
+
+def test_exploration_and_fresh_samples_fall_as_the_budget_runs_out():
+    plan, clock = _planner(explore_share=0.3, generations=3, proposals_per_trial=6)
+    early = plan.proposal_split(48, have_parents=True, model_informed=True)
+    clock.now = 80.0
+    late = plan.proposal_split(48, have_parents=True, model_informed=True)
+    assert early[0] > late[0] >= 0
+    assert early[1] == 3 and early[2] * 3 >= 48 - early[0]
+    assert plan.proposal_split(48, have_parents=True, model_informed=False)[1] == 1  # no model: one step
+    assert plan.proposal_split(48, have_parents=False, model_informed=True) == (48, 0, 0)
+    assert plan.exploration() < 2.0
+
+
+def test_scoring_prefers_gain_per_second_and_avoids_decisions_that_failed():
+    plan, _ = _planner()
+    bad = ["tile=(64, 64)"]
+    for _ in range(3):
+        plan.failures.observe(bad, True)
+    for _ in range(20):
+        plan.failures.observe(["tile=(8, 8)"], False)
+    plan.cost.per_run_second = 3.0  # each kernel second costs three in repeats
+    mu = np.log(np.array([1e-3, 1e-3, 1e-3]))
+    sigma = np.array([0.3, 0.3, 0.3])
+    scores = plan.score(mu, sigma, [[], bad, []], np.array([1e-3, 1e-3, 10.0]), math.log(1.1e-3), batch_size=3)
+    # same prediction: the one whose decision failed before and the one that runs 10 s rank last
+    assert list(scores["order"][:1]) == [0]
+    assert scores["per_second"][0] > scores["per_second"][1] and scores["per_second"][0] > scores["per_second"][2]
+
+
+def test_the_best_few_are_remeasured_up_to_a_limit():
+    plan, _ = _planner(remeasure_top=2, remeasure_times=2, remeasure_share=0.25)
+    items = [Item(("r",), [t]) for t in (1e-3, 2e-3, 3e-3)]
+    items[1].latencies.append(2e-3)  # measured twice already
+    assert plan.remeasure(items, 8) == [items[0]]
+
+
+def test_a_search_stops_when_the_budget_is_spent_a_batch_would_overrun_or_gains_dry_up():
+    plan, clock = _planner(total=100.0, patience=2, min_total_gain=0.01)
+    assert plan.why_stop() is None and plan.batch_size(0) == 8
+    plan.batches = 1
+    plan.cost.per_batch, plan.cost.per_candidate = 40.0, 1.0
+    clock.now = 80.0  # 20 s left, a batch costs >= 44 s
+    assert plan.batch_size(0) is None and "overrun" in plan.stop_reason
+    plan, _ = _planner(patience=2, min_total_gain=0.01)
+    plan.check_worth(1e-9, model_trained=True)
+    assert plan.stop_reason is None
+    plan.check_worth(1e-9, model_trained=True)
+    assert "expected gain" in plan.stop_reason
+    plan, clock = _planner(total=10.0)
+    clock.now = 11.0
+    assert plan.why_stop() == "budget spent"
