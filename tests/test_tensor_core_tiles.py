@@ -92,3 +92,27 @@ def test_a_gpu_too_small_for_the_sketch_gets_no_samples_and_the_log_says_why(tmp
     assert valid == []
     (plan, *_) = [e for e in read_log(next((tmp_path / "fitted").glob("*.jsonl"))) if e["event"] == "tile-plan"]
     assert not plan["fits"] and "dropped" in plan["why"]
+
+
+@pytest.mark.tuning
+def test_tvms_own_tensor_core_matmul_is_a_candidate_that_builds_and_replays_as_a_record(tmp_path):
+    import tvm
+    from kb_tvm.workloads import get_workload
+    from tvm.s_tir.schedule import Schedule
+    from tvm_ffi import structural_equal
+
+    from kb_tvm.bench_yield import H200 as h200_target
+    from kb_tvm.bench_yield import candidate_factory
+    from kb_tvm.measure.targets import build_config
+    from kb_tvm.search import lowers_cleanly
+
+    target = tvm.target.Target(h200_target)
+    workload = get_workload("gemm-1024-fp16")
+    (known,) = candidate_factory(workload, target, fitted_tiles=True, seed=1, log_dir=str(tmp_path)).known_good()
+    assert known.origin == "dlight" and "wmma" in str(known.sch.mod)  # tensor cores
+    assert lowers_cleanly(known.sch.mod, target, build_config(target))
+    replayed = Schedule(workload.module())  # as compile_tir deploys a record: its trace, replayed
+    known.sch.trace.apply_to_schedule(replayed, remove_postproc=False)
+    assert structural_equal(replayed.mod, known.sch.mod)
+    llvm = candidate_factory(workload, tvm.target.Target({"kind": "llvm", "num-cores": 2}), fitted_tiles=True, seed=1, log_dir=str(tmp_path))
+    assert llvm.known_good() == []  # dlight's rules are for GPUs

@@ -78,7 +78,7 @@ class TaskSearch:
             return None
         if not self.sampled:
             self._sample_regions()
-        n = self.plan.batch_size(len(self.pinned))
+        n = self.plan.batch_size(sum(c.origin.startswith("borrowed:") for c in self.pinned))
         if n is None:
             self.stop(self.plan.stop_reason)
             return None
@@ -155,12 +155,14 @@ class TaskSearch:
                 made = self.factory.sample(space_index, asked)
                 self.pool += made
                 found += len(made)
+        self.pinned += self.factory.known_good()
         self._borrow()
         self.factory.extract_features(self.pool + self.pinned)
         self.plan.count_samples(self.pool + self.pinned, self.measured)
         self.log.write(
             "coarse-sampled", design_spaces=len(self.factory.spaces), templates=[t.name for t in self.factory.templates],
-            valid=len(self.pool), dropped=dict(self.factory.dropped), seconds=time.monotonic() - started,
+            valid=len(self.pool), known_good=[c.origin for c in self.pinned if c.origin == "dlight"],
+            dropped=dict(self.factory.dropped), seconds=time.monotonic() - started,
             regions={name: {"sampled": s.sampled} for name, s in self.plan.regions.items()})
 
     def _borrow(self) -> None:
