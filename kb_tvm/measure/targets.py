@@ -19,9 +19,10 @@ STATIC_SHARED_MEMORY_BYTES = 48 * 1024
 def build_config(target) -> dict:
     """TVM pass options every build for `target` runs under: tuning builds, the lowering check,
     re-timing and the deployed library alike, so a tuned schedule builds the same everywhere.
-    On CUDA, `tirx.merge_static_smem` merges the staged tiles into one shared buffer: TVM 0.27's
-    StorageRewrite rejects ~85% of tensor-core samples without it ("tvm_access_ptr element type
-    must match"), ~20% with it (BENCHMARKS.md, issue 9)."""
+    On CUDA, `tirx.merge_static_smem` merges the staged tiles into one shared buffer: without it
+    TVM 0.27's StorageRewrite rejects ~85% of the tensor-core samples that pass postprocessing
+    ("tvm_access_ptr element type must match"), with it none; the kernels compute the same and
+    run as fast (BENCHMARKS.md, issue 9)."""
     return {"tirx.merge_static_smem": True} if target.kind.name == "cuda" else {}
 
 
