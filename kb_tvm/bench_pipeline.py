@@ -92,10 +92,9 @@ def split_costs(batches: list[dict]) -> dict:
 def retime(candidate, target, repeat: int = 10, number: int = 5) -> float:
     import tvm
 
-    from .measure.targets import build_config
+    from .measure.targets import compile_kernel
 
-    with tvm.transform.PassContext(config=build_config(target)):
-        library = tvm.compile(candidate.sch.mod, target=target)
+    library = compile_kernel(candidate.sch.mod, target)
     device = tvm.cuda(0) if target.kind.name == "cuda" else tvm.cpu(0)
     rng = np.random.default_rng(0)
     args = [tvm.runtime.tensor(rng.uniform(-1, 1, size=[int(d) for d in a.shape]).astype(str(a.dtype)), device)

@@ -221,14 +221,13 @@ def time_best(workload, target, database, repeat: int = 10) -> float | None:
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from .measure.targets import build_config
+    from .measure.targets import compile_kernel
 
     mod = workload.module()
     sch = ms.tir_integration.compile_tir(database, mod, target)
     if sch is None:
         return None
-    with tvm.transform.PassContext(config=build_config(target)):
-        lib = tvm.compile(sch.mod, target=target)
+    lib = compile_kernel(sch.mod, target)
     dev = tvm.cuda(0) if target.kind.name == "cuda" else tvm.cpu(0)
     rng = np.random.default_rng(0)
     args = []

@@ -39,7 +39,7 @@ def _planner(total=100.0, **options):
     clock = Clock()
     budget = TuningBudget(total, clock=clock).start()
     plan = Planner(options=SearchOptions(**options), budget=budget, trials_per_batch=8, max_trials=1000,
-                   num_cores=2, cost=MeasurementCost(1.0), rng=np.random.default_rng(0))
+                   num_cores=2, cost=MeasurementCost(1.0))
     return plan, clock
 
 

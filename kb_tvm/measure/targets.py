@@ -26,6 +26,14 @@ def build_config(target) -> dict:
     return {"tirx.merge_static_smem": True} if target.kind.name == "cuda" else {}
 
 
+def compile_kernel(mod, target):
+    """`tvm.compile` of a scheduled kernel as kb builds it: under `build_config(target)`."""
+    import tvm
+
+    with tvm.transform.PassContext(config=build_config(target)):
+        return tvm.compile(mod, target=target)
+
+
 def physical_cores() -> int:
     try:
         import psutil

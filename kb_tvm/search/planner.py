@@ -21,7 +21,7 @@ class Planner:
     """The policy of one task's search: pacing, regions, phases, parents, choices, stopping."""
 
     def __init__(self, *, options: SearchOptions, budget: TuningBudget, trials_per_batch: int, max_trials: int,
-                 num_cores: int, cost: decisions.MeasurementCost, rng: np.random.Generator,
+                 num_cores: int, cost: decisions.MeasurementCost,
                  won_before: frozenset[str] = frozenset()) -> None:
         self.opt = options
         self.budget = budget
@@ -29,7 +29,6 @@ class Planner:
         self.max_trials = max_trials
         self.num_cores = num_cores
         self.cost = cost
-        self.rng = rng
         self.won_before = won_before  # regions that won on similar workloads
         self.failures = decisions.FailureModel()
         self.regions: dict[str, decisions.RegionStats] = {}

@@ -47,7 +47,7 @@ class TaskSearch:
         self.factory = CandidateFactory(context=context, design_spaces=design_spaces, templates=templates,
                                         options=options, rng=self.rng, log=log)
         self.plan = Planner(options=options, budget=budget, trials_per_batch=trials_per_batch, max_trials=max_trials,
-                            num_cores=self.factory.num_cores, cost=cost, rng=self.rng,
+                            num_cores=self.factory.num_cores, cost=cost,
                             won_before=frozenset(name for b in self.borrowed for name in b.regions_won[:1]))
         self.phase: CoarsePhase | FinePhase = CoarsePhase()
         self.pinned: list[Candidate] = []  # borrowed schedules: measured in the first batch
