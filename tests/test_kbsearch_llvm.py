@@ -152,10 +152,10 @@ def test_kbsearch_works_in_tune_relax_with_one_shared_budget(tmp_path, llvm_targ
 
 
 def test_evolution_reaches_children_of_children_the_model_chose_without_measuring(tmp_path, llvm_target):
-    import zlib
-
+    from pipeline_helpers import build_and_run
     from tvm.s_tir import meta_schedule as ms
 
+    from kb_tvm.adapter import KBBuilder, KBRunner
     from kb_tvm.budget import TuningBudget
     from kb_tvm.decision_log import DecisionLog
     from kb_tvm.search import SearchOptions, TaskSearch
@@ -169,9 +169,16 @@ def test_evolution_reaches_children_of_children_the_model_chose_without_measurin
                       budget=TuningBudget("1h").start(), max_trials=10_000, trials_per_batch=8,
                       options=SearchOptions(seed=1, repeatable=True, coarse_samples_per_space=16, generations=3),
                       log=DecisionLog.for_task(str(tmp_path), "gemm-128", None))
-    for _ in range(2):  # measured here by a stand-in latency: the search's mechanics are the point
-        batch = task.next_batch()
-        task.observe([(1e-4 * (1 + zlib.crc32(str(c.sch.trace).encode()) % 100), None) for c in batch])
+    builder, runner = KBBuilder(workers=2, timeout_s=60), KBRunner(device="cpu", timeout_s=30)
+    try:
+        for _ in range(2):  # two coarse batches, built and timed for real, train the model
+            batch = task.next_batch()
+            results = build_and_run(builder, runner, [c.sch.mod["main"] for c in batch], llvm_target)
+            task.observe([(float(r.run_secs[0]), None) if r.error_msg is None else (None, r.error_msg)
+                          for r in results])
+    finally:
+        builder.close()
+        runner.close()
     assert task.model.informed
     phase = FinePhase()
     proposals = phase._evolve(task, 48)
