@@ -14,14 +14,14 @@ if (_checkout / "workloads" / "__init__.py").is_file() and (_checkout / "schedul
 
 __version__ = "0.1.0"
 __all__ = ["Experience", "KBBuilder", "KBRunner", "KBSearch", "KBTaskScheduler", "ProgressRecorder",
-           "RecordDatabase", "TimeCappedSearch", "TuningBudget", "build_config", "guard_metaschedule_logger",
-           "parse_budget"]
+           "RecordDatabase", "TensorCoreSpace", "TimeCappedSearch", "TuningBudget", "build_config",
+           "guard_metaschedule_logger", "parse_budget"]
 
 
 def __getattr__(name):
     # TVM loads in seconds: import it only when a MetaSchedule object is asked for
     if name in ("KBBuilder", "KBRunner", "KBSearch", "KBTaskScheduler", "ProgressRecorder", "RecordDatabase",
-                "TimeCappedSearch"):
+                "TensorCoreSpace", "TimeCappedSearch"):
         from . import adapter
 
         return getattr(adapter, name)

@@ -10,6 +10,8 @@
   serve stock MetaSchedule searches as well as KBSearch.
 - `RecordDatabase`: MetaSchedule's JSON database files with one record per schedule (logic in
   `measure/records.py`).
+- `TensorCoreSpace`: MetaSchedule's tensor-core design space with bf16 and software-pipelined
+  WMMA sketches added (logic in `search/tensor_core_space.py`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from tvm.s_tir.meta_schedule.database import (
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerResult
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy, SearchStrategy
+from tvm.s_tir.meta_schedule.space_generator import PostOrderApply, PySpaceGenerator
 from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler
 
 from . import allocation, warm_start
@@ -48,6 +51,7 @@ from .measure.records import merged_seconds, record_latency
 from .measure.timing import TimingPolicy
 from .measure.workers import cuda_compiler
 from .search import FEATURE_VERSION, CandidateFactory, SearchOptions, TaskSearch
+from .search.tensor_core_space import align_bf16_staging, tensor_core_rules
 from .templates import load_templates
 
 
@@ -568,3 +572,35 @@ def _workload_key(workload) -> int:
     from tvm_ffi import structural_hash
 
     return int(structural_hash(workload.mod))
+
+
+@derived_object
+class TensorCoreSpace(PySpaceGenerator):
+    """DefaultCUDATensorCore's sketches, plus bf16 WMMA, plus the WMMA sketches again with
+    software-pipelined shared-memory loads (TVM's WMMA rule has the pipeline off, so no stock
+    sketch overlaps loads with math on fp16/bf16 GEMMs); bf16 staging gets the padding the
+    C++ rule gives fp16 only. Stock searches use it too, so that side-by-side runs compare
+    searches over one space."""
+
+    def __init__(self):
+        self._families = [PostOrderApply(sch_rules=tensor_core_rules(software_pipeline=pipelined),
+                                         postprocs="cuda-tensorcore", mutator_probs="cuda-tensorcore")
+                          for pipelined in (False, True)]
+        # the first family's objects, so that initializing it initializes these
+        # (PySpaceGenerator's own initialization leaves its fields alone)
+        self.sch_rules = list(self._families[0].sch_rules)
+        self.postprocs = list(self._families[0].postprocs)
+        self.mutator_probs = dict(self._families[0].mutator_probs)
+
+    def _initialize_with_tune_context(self, context) -> None:
+        for family in self._families:
+            family._initialize_with_tune_context(context)
+
+    def generate_design_space(self, mod):
+        spaces = [sch for family in self._families for sch in family.generate_design_space(mod)]
+        for sch in spaces:
+            align_bf16_staging(sch)
+        return spaces
+
+    def clone(self):
+        return TensorCoreSpace()

@@ -94,13 +94,10 @@ def measurement_pipeline(target, pipeline: str = "kb", builder=None, runner=None
 
 
 def _space_for(workload, target):
-    from tvm.s_tir import meta_schedule as ms
-
     if target.kind.name == "cuda" and workload.cuda_space == "cuda-tensorcore":
-        import tvm.s_tir.tensor_intrin.cuda  # noqa: F401 - registers the wmma/mma intrinsics
+        from .adapter import TensorCoreSpace
 
-        kind = "cuda-tensorcore"
-        return ms.space_generator.PostOrderApply(sch_rules=kind, postprocs=kind, mutator_probs=kind)
+        return TensorCoreSpace()
     return "post-order-apply"
 
 

@@ -337,7 +337,9 @@ def wmma_tile_plan(trace, context) -> tuple | None:
     limits = WmmaLimits(max_warps=int(attrs["max_threads_per_block"]) // int(attrs["thread_warp_size"]),
                         max_shared_bytes=int(attrs["max_shared_memory_per_block"]),
                         input_bytes=max(1, tvm.runtime.DataType(str(first_input.dtype)).bits // 8),
-                        max_innermost=int(tiles[0].attrs[1]))
+                        max_innermost=int(tiles[0].attrs[1]),
+                        stages=2 if any(inst.kind.name == "Annotate" and str(inst.attrs[0]) == "double_buffer_scope"
+                                        for inst in trace.insts) else 1)
     return extents, limits
 
 

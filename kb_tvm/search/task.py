@@ -145,16 +145,24 @@ class TaskSearch:
         # sampling is cheap, but never let it eat more than its share of the budget (unless repeatable)
         deadline = math.inf if self.opt.repeatable else started + max(
             2.0, self.opt.sampling_time_share * self.budget.remaining)
-        chunk = 8 * self.factory.workers
-        for space_index in range(len(self.factory.spaces)):
-            found, tries = 0, 0
-            wanted = self.opt.coarse_samples_per_space
-            while found < wanted and tries < 8 * wanted and time.monotonic() < deadline:
-                asked = min(chunk, wanted - found)
-                tries += asked
+        chunk, wanted = 8 * self.factory.workers, self.opt.coarse_samples_per_space
+        found, tries = [0] * len(self.factory.spaces), [0] * len(self.factory.spaces)
+        # round robin, each space's first chunk regardless of the deadline: a deadline that
+        # runs out must not leave the later design spaces unsampled (they were, one space at a time)
+        while True:
+            open_spaces = [s for s in range(len(found)) if found[s] < wanted and tries[s] < 8 * wanted]
+            if not open_spaces:
+                break
+            for space_index in open_spaces:
+                if tries[space_index] and time.monotonic() >= deadline:
+                    continue
+                asked = min(chunk, wanted - found[space_index])
+                tries[space_index] += asked
                 made = self.factory.sample(space_index, asked)
                 self.pool += made
-                found += len(made)
+                found[space_index] += len(made)
+            if time.monotonic() >= deadline and all(tries):
+                break
         self.pinned += self.factory.known_good()
         self._borrow()
         self.factory.extract_features(self.pool + self.pinned)

@@ -27,9 +27,10 @@ class WmmaLimits:
     max_shared_bytes: int
     input_bytes: int = 2  # fp16 / bf16 inputs
     max_innermost: int = 4  # the sketch's own bound on each loop's innermost factor
+    stages: int = 1  # copies of the A and B tiles in shared memory: 2 when software-pipelined
 
     def __post_init__(self) -> None:
-        for name in ("max_warps", "max_shared_bytes", "input_bytes", "max_innermost"):
+        for name in ("max_warps", "max_shared_bytes", "input_bytes", "max_innermost", "stages"):
             value = getattr(self, name)
             if not (isinstance(value, int) and value >= 1):
                 raise ValueError(f"{name}={value!r}: must be an integer >= 1")
@@ -40,14 +41,19 @@ def warps(i: list[int], j: list[int]) -> int:
 
 
 def shared_bytes(i: list[int], j: list[int], k: list[int], limits: WmmaLimits) -> int:
-    """The A and B tiles a block stages: (i2 i3 i4 + j2 j3 j4) fragments wide, k1 k2 deep."""
+    """The A and B tiles a block stages: (i2 i3 i4 + j2 j3 j4) fragments wide, k1 k2 deep,
+    `stages` times over."""
     depth = k[1] * k[2] * FRAGMENT
     width = (i[2] * i[3] * i[4] + j[2] * j[3] * j[4]) * FRAGMENT
-    return limits.input_bytes * depth * width
+    return limits.stages * limits.input_bytes * depth * width
 
 
 def fits(i: list[int], j: list[int], k: list[int], limits: WmmaLimits) -> bool:
-    return warps(i, j) <= limits.max_warps and shared_bytes(i, j, k, limits) <= limits.max_shared_bytes
+    # a pipelined sketch overlaps the loads and math of k1's iterations; at k1 = 1 there is
+    # nothing to overlap and TVM's InferFragment fails (all 40 such samples, none of 40 others)
+    pipelinable = limits.stages == 1 or k[1] >= 2
+    return (pipelinable and warps(i, j) <= limits.max_warps
+            and shared_bytes(i, j, k, limits) <= limits.max_shared_bytes)
 
 
 def perfect_tile(rng, extent: int, levels: int, max_innermost: int) -> list[int] | None:

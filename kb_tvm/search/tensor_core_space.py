@@ -1,0 +1,103 @@
+"""The tensor-core design space on CUDA: MetaSchedule's own, plus bf16, plus pipelined WMMA sketches.
+
+TVM 0.27 registers WMMA intrinsics for fp16 and int8 only, so stock MetaSchedule has no
+tensor-core sketch for a bf16 GEMM and falls back to CUDA cores (15 ms for 4096^3 on the
+H200 against 0.68 ms with these). WMMA takes bf16 operands on sm_80 and later with
+the same 16x16x16 fragment shape and fp32 accumulation, so kb registers those intrinsics from
+TVM's own generators and adds them to the WMMA rule. Everything else is DefaultCUDATensorCore.
+
+TVM's WMMA rule also runs with its software pipeline off, so no stock sketch overlaps a GEMM's
+global loads with its tensor-core math (only resident blocks hide the latency); kb's space holds
+every WMMA sketch twice, plain and pipelined (adapter.TensorCoreSpace).
+"""
+
+from __future__ import annotations
+
+# Names carry kb's prefix so that they never collide with intrinsics a later TVM registers.
+BF16_WMMA_GROUPS = [
+    {"init": "wmma_fill_16x16x16_f32",
+     "load_a": "kb_wmma_load_16x16x16_bf16_a_shared_dyn",
+     "load_b": "kb_wmma_load_16x16x16_bf16_b_shared_dyn",
+     "compute": "kb_wmma_sync_16x16x16_bf16bf16f32",
+     "store": "wmma_store_16x16x16_f32_shared_dyn"},
+    {"init": "wmma_fill_16x16x16_f32",
+     "load_a": "kb_wmma_load_16x16x16_bf16_a_shared_dyn",
+     "load_b": "kb_wmma_load_16x16x16_bf16_b_trans_shared_dyn",
+     "compute": "kb_wmma_sync_16x16x16_bf16bf16f32_trans",
+     "store": "wmma_store_16x16x16_f32_shared_dyn"},
+]
+
+# DefaultCUDATensorCore's WMMA groups (src/s_tir/meta_schedule/schedule_rule/schedule_rule.cc)
+_STOCK_WMMA_GROUPS = [
+    {"init": f"wmma_fill_16x16x16_{acc}",
+     "load_a": f"wmma_load_16x16x16_{src}_a_shared_dyn",
+     "load_b": f"wmma_load_16x16x16_{src}_b{trans}_shared_dyn",
+     "compute": f"wmma_sync_16x16x16_{src}{src}{acc}{trans}",
+     "store": f"wmma_store_16x16x16_{acc}_shared_dyn"}
+    for src, acc in (("f16", "f32"), ("f16", "f16"), ("s8", "s32"))
+    for trans in ("", "_trans")
+]
+
+
+def register_bf16_intrinsics() -> None:
+    """Register the bf16 WMMA load and sync intrinsics once per process."""
+    from tvm.s_tir import TensorIntrin
+    from tvm.s_tir.tensor_intrin import cuda as intrin
+
+    for name, parts in (
+        ("kb_wmma_load_16x16x16_bf16_a_shared_dyn",
+         intrin.get_wmma_load_intrin(16, 16, 16, "bfloat16", "shared.dyn", False, False)),
+        ("kb_wmma_load_16x16x16_bf16_b_shared_dyn",
+         intrin.get_wmma_load_intrin(16, 16, 16, "bfloat16", "shared.dyn", True, False)),
+        ("kb_wmma_load_16x16x16_bf16_b_trans_shared_dyn",
+         intrin.get_wmma_load_intrin(16, 16, 16, "bfloat16", "shared.dyn", True, True)),
+        ("kb_wmma_sync_16x16x16_bf16bf16f32",
+         intrin.get_wmma_sync_intrin(16, 16, 16, "bfloat16", "float32", False)),
+        ("kb_wmma_sync_16x16x16_bf16bf16f32_trans",
+         intrin.get_wmma_sync_intrin(16, 16, 16, "bfloat16", "float32", True)),
+    ):
+        if TensorIntrin.get(name, allow_missing=True) is None:
+            TensorIntrin.register(name, *parts)
+
+
+def tensor_core_rules(*, software_pipeline: bool = False) -> list:
+    """DefaultCUDATensorCore's rules with the WMMA rule also holding the bf16 groups;
+    software_pipeline: the WMMA rule loads the next k1 step's tiles (through registers, into
+    double-buffered shared memory) while the current one computes."""
+    import tvm.s_tir.tensor_intrin.cuda  # noqa: F401 - registers TVM's wmma/mma intrinsics
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.meta_schedule.schedule_rule import (
+        MultiLevelTilingTensorCore,
+        ReuseType,
+    )
+
+    register_bf16_intrinsics()
+    rules = list(ms.ScheduleRule.create("cuda-tensorcore"))
+    if not isinstance(rules[1], MultiLevelTilingTensorCore):
+        raise RuntimeError("TVM's cuda-tensorcore rules changed: the WMMA rule is not second")  # noqa: TRY004
+    rules[1] = MultiLevelTilingTensorCore(
+        intrin_groups=_STOCK_WMMA_GROUPS + BF16_WMMA_GROUPS,
+        structure="SSSRRSRS",
+        tile_binds=["blockIdx.y", "blockIdx.x", "threadIdx.y"],
+        max_innermost_factor=4,
+        vector_load_lens=[1, 2, 3, 4, 8, 16],
+        reuse_read=ReuseType(req="must", levels=[4], scope="shared.dyn"),
+        reuse_write=ReuseType(req="must", levels=[2], scope="shared.dyn"),
+        use_software_pipeline=software_pipeline,
+    )
+    return rules
+
+
+def align_bf16_staging(sch) -> int:
+    """Pad the rows of a sketch's bf16 shared-memory staging buffers as the WMMA rule pads fp16
+    ones (StorageAlign 32, 8: rows 16 bytes apart mod 64 to spread banks); the C++ rule pads
+    fp16 and int8 only and warns for the rest. Returns how many buffers it padded."""
+    padded = 0
+    for inst in sch.trace.insts:
+        if inst.kind.name != "CacheRead" or str(inst.attrs[1]) != "shared.dyn":
+            continue
+        block = sch.get(inst.outputs[0])
+        if str(block.writes[0].source.dtype) == "bfloat16" and "buffer_dim_align" not in block.annotations:
+            sch.storage_align(inst.outputs[0], 0, -2, 32, 8)
+            padded += 1
+    return padded
