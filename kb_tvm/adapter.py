@@ -161,7 +161,7 @@ class KBSearch(PySearchStrategy):
             except Exception as err:  # noqa: BLE001 - a library problem must not stop tuning
                 log.write("borrow-failed", error=f"{type(err).__name__}: {err}"[:300])
         self.task = TaskSearch(context=self.context, design_spaces=design_spaces, templates=templates,
-                               budget=self.budget, options=options, max_trials=int(max_trials),
+                               budget=self.budget.task(task_name), options=options, max_trials=int(max_trials),
                                trials_per_batch=int(num_trials_per_iter), log=log, borrowed=borrowed,
                                prior=prior)
         log.write("start", task=self.context.task_name, target=str(self.context.target.export()),
@@ -292,7 +292,8 @@ class KBTaskScheduler(PyTaskScheduler):
         self.experience = experience
         _check("floor_share", floor_share, 0.0 <= floor_share < 1.0, "must be a fraction in [0, 1)")
         _check("retire_below", retire_below, retire_below >= 0.0, "must be >= 0")
-        self.budget = budget if isinstance(budget, TuningBudget) else TuningBudget(budget)
+        # each task's search reads its own clock (TaskClock), which this scheduler keeps
+        self.budget = (budget if isinstance(budget, TuningBudget) else TuningBudget(budget)).share_among_tasks()
         self.floor_share = floor_share
         self.retire_below = retire_below
         self.on_event = on_event
@@ -311,7 +312,8 @@ class KBTaskScheduler(PyTaskScheduler):
             if self.experience is not None:
                 self._borrow_curves(scheduler)
             for index, task in enumerate(self.stats):  # finished in an earlier run: not re-spent
-                if task.retired is not None and not scheduler.tasks_[index].is_terminated:
+                if task.retired is not None and not task.retired.startswith(allocation.TRIVIAL) \
+                        and not scheduler.tasks_[index].is_terminated:
                     scheduler.terminate_task(index)
         if self.running is not None:
             task, handed_out = self.running
@@ -325,20 +327,34 @@ class KBTaskScheduler(PyTaskScheduler):
         for index, record in enumerate(scheduler.tasks_):
             if record.is_terminated and self.stats[index].retired is None:
                 self.stats[index].retired = "its search stopped"
+                self._emit("retire", task=self.stats[index].name, why="its search stopped")
         if self.budget.exhausted:
             return self._finish("budget spent")
         choice = allocation.choose_next(self.stats, default_batch_seconds=10.0, floor_share=self.floor_share,
                                         retire_below=self.retire_below)
+        for index, why in choice.revived.items():
+            self.stats[index].retired = None
+            self.stats[index].revivals += 1
+            self._emit("revive", task=self.stats[index].name, why=why)
         for index, why in choice.retired.items():
             self.stats[index].retired = why
-            scheduler.terminate_task(index)
+            if not why.startswith(allocation.TRIVIAL):  # a trivial task may come back: its search stays
+                scheduler.terminate_task(index)
             self._emit("retire", task=self.stats[index].name, why=why)
         if choice.task is None:
             return self._finish(choice.why)
+        self._set_clocks()
         self._emit("allocate", task=self.stats[choice.task].name, why=choice.why,
                    budget_spent_s=self.budget.spent, budget_left_s=self.budget.remaining)
         self.running = (choice.task, time.monotonic())
         return choice.task
+
+    def _set_clocks(self) -> None:
+        """Each live task is expected to get the job's seconds in proportion to its share of
+        model time now (Amdahl); its search paces its phases on that, not on the job's clock."""
+        shares = allocation.expected_shares(self.stats)
+        for task, share in zip(self.stats, shares):
+            self.budget.task(task.name).charge(task.seconds, max(share * self.budget.total, task.seconds))
 
     def _borrow_curves(self, scheduler) -> None:
         for record, task in zip(scheduler.tasks_, self.stats):

@@ -12,6 +12,9 @@ task with the highest expected gain per second:
 where the predicted improvement blends the task's own recent improvements with what similar
 tasks gained at the same point: tasks of the model (a similarity graph, networkx) and similar
 workloads tuned before (the experience library).
+
+Shares are re-computed from every task's current best latency before each choice (Amdahl): a
+task retired as trivial comes back when the others have got fast enough that it is not.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ class TaskStats:
     improvements: list[float] = field(default_factory=list)  # relative gain of each batch after the first
     batch_seconds: list[float] = field(default_factory=list)
     retired: str | None = None  # why it gets no more seconds
+    revivals: int = 0  # times it came back from a trivial retirement
     # improvement curves of similar workloads tuned before (experience library)
     borrowed_improvements: list[list[float]] = field(default_factory=list)
 
@@ -62,6 +66,18 @@ class TaskStats:
             return
         self.improvements.append(max(0.0, (self.latency - best_latency) / self.latency))
         self.latency = min(self.latency, best_latency)
+
+
+def expected_shares(tasks: list[TaskStats]) -> list[float]:
+    """Each task's expected share of the job's seconds: its share of model time among the
+    tasks still tuned (0 for retired ones; equal shares while nothing is timed yet)."""
+    live = [t.retired is None for t in tasks]
+    times = [t.model_seconds if (alive and t.model_seconds is not None) else 0.0 for t, alive in zip(tasks, live)]
+    total = sum(times)
+    if total <= 0:
+        count = sum(live) or 1
+        return [1.0 / count if alive else 0.0 for alive in live]
+    return [time / total for time in times]
 
 
 def op_kind(task_name: str) -> str:
@@ -104,12 +120,16 @@ def predicted_improvement(task: TaskStats, neighbour_curves: list[list[float]], 
     return trust * own + (1.0 - trust) * expected
 
 
+TRIVIAL = "trivial"  # a retirement by share of model time: revocable, since shares move
+
+
 @dataclass(frozen=True)
 class Choice:
     task: int | None  # None: nothing is worth more seconds
     why: str
     gain_per_second: dict[int, float]
     retired: dict[int, str]
+    revived: dict[int, str] = field(default_factory=dict)  # trivial before, a bottleneck now
 
 
 def choose_next(
@@ -126,19 +146,25 @@ def choose_next(
     retire_below: a task whose expected gain per second, as a fraction of the model's
     current time, falls under this retires.
     """
-    live = [i for i, t in enumerate(tasks) if t.retired is None]
     measured = [t.model_seconds for t in tasks if t.model_seconds is not None]
     model_time = sum(measured) or 1.0
+    # Amdahl: as the hot tasks get faster, a task skipped as trivial can become a bottleneck
+    revived = {i: f"now {t.model_seconds / model_time:.1%} of model time (floor {floor_share:.0%}): "
+                  f"the others got faster"
+               for i, t in enumerate(tasks)
+               if (t.retired or "").startswith(TRIVIAL) and t.model_seconds is not None
+               and t.model_seconds / model_time >= floor_share}
+    live = [i for i, t in enumerate(tasks) if t.retired is None or i in revived]
     retired: dict[int, str] = {}
     untried = [i for i in live if tasks[i].batches == 0]
     for i in untried:
         if tasks[i].latency_default is not None and tasks[i].model_seconds / model_time < floor_share:
-            retired[i] = (f"trivial: {tasks[i].model_seconds / model_time:.1%} of model time under its default "
+            retired[i] = (f"{TRIVIAL}: {tasks[i].model_seconds / model_time:.1%} of model time under its default "
                           f"schedule (floor {floor_share:.0%}), keeps it")
     untried = [i for i in untried if i not in retired]
     if untried:  # one batch each first, the most model time (or FLOPs, untimed) first
         pick = max(untried, key=lambda i: (tasks[i].model_seconds or 0.0, tasks[i].weight * tasks[i].flop))
-        return Choice(pick, "first batch: measuring its latency", {}, retired)
+        return Choice(pick, "first batch: measuring its latency", {}, retired, revived)
     graph = similarity_graph(tasks)
     gains: dict[int, float] = {}
     for i in live:
@@ -150,7 +176,7 @@ def choose_next(
             continue
         share = task.model_seconds / model_time
         if share < floor_share:
-            retired[i] = f"trivial: {share:.1%} of model time (floor {floor_share:.0%}), kept its first batch"
+            retired[i] = f"{TRIVIAL}: {share:.1%} of model time (floor {floor_share:.0%}), kept its first batch"
             continue
         neighbours = [tasks[j].improvements for j in graph.neighbors(i)] + task.borrowed_improvements
         seconds = sum(task.batch_seconds[-3:]) / len(task.batch_seconds[-3:]) if task.batch_seconds \
@@ -161,7 +187,7 @@ def choose_next(
             retired[i] = (f"expected gain {gains[i]:.1e} of model time per second < {retire_below:.0e}")
     candidates = {i: g for i, g in gains.items() if i not in retired}
     if not candidates:
-        return Choice(None, "no task is worth more seconds", gains, retired)
+        return Choice(None, "no task is worth more seconds", gains, retired, revived)
     pick = max(candidates, key=candidates.get)
     return Choice(pick, f"highest expected gain per second ({candidates[pick]:.2e} of model time/s)",
-                  gains, retired)
+                  gains, retired, revived)

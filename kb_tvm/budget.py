@@ -57,6 +57,9 @@ class TuningBudget:
 
     `already_spent` counts seconds of an earlier run of the same job, so a resumed
     job keeps counting where the first one stopped.
+
+    A budget shared by the tasks of a model (KBTaskScheduler calls `share_among_tasks`) also
+    gives each task its own clock, `task(name)`: see TaskClock.
     """
 
     def __init__(
@@ -72,6 +75,19 @@ class TuningBudget:
         self._already_spent = float(already_spent)
         self._clock = clock
         self._started_at: float | None = None
+        self._tasks: dict[str, TaskClock] | None = None  # None: not shared among tasks
+
+    def share_among_tasks(self) -> TuningBudget:
+        if self._tasks is None:
+            self._tasks = {}
+        return self
+
+    def task(self, name: str) -> TuningBudget | TaskClock:
+        """The budget as task `name` should read it: its own clock where the budget is shared
+        among tasks, else the budget itself."""
+        if self._tasks is None:
+            return self
+        return self._tasks.setdefault(name, TaskClock(self))
 
     def start(self) -> TuningBudget:
         if self._started_at is None:
@@ -96,6 +112,11 @@ class TuningBudget:
         return min(1.0, self.spent / self.total)
 
     @property
+    def task_remaining(self) -> float:
+        """Seconds a task may still expect: all that remain, for a budget not shared."""
+        return self.remaining
+
+    @property
     def exhausted(self) -> bool:
         return self.spent >= self.total
 
@@ -104,3 +125,54 @@ class TuningBudget:
             f"TuningBudget(total={format_seconds(self.total)}, spent={format_seconds(self.spent)}, "
             f"remaining={format_seconds(self.remaining)})"
         )
+
+
+class TaskClock:
+    """One task's view of a shared budget. The job's seconds bound it (`spent`, `remaining`,
+    `exhausted`, `total` are the job's), but its progress is its own: `fraction_used` is the
+    seconds its batches took over the seconds it is expected to get (its share of the job,
+    set by the task scheduler), so a task first scheduled late in the job still starts with
+    a coarse phase, and one that got more than its share refines."""
+
+    def __init__(self, job: TuningBudget) -> None:
+        self.job = job
+        self.own_seconds = 0.0
+        self.expected_seconds = job.total
+
+    def start(self) -> TaskClock:
+        self.job.start()
+        return self
+
+    def charge(self, seconds: float, expected_seconds: float) -> None:
+        """After each of its batches: its seconds so far, and what it is now expected to get."""
+        self.own_seconds = seconds
+        self.expected_seconds = max(expected_seconds, 1e-9)
+
+    @property
+    def total(self) -> float:
+        return self.job.total
+
+    @property
+    def spent(self) -> float:
+        return self.job.spent
+
+    @property
+    def remaining(self) -> float:
+        return self.job.remaining
+
+    @property
+    def exhausted(self) -> bool:
+        return self.job.exhausted
+
+    @property
+    def fraction_used(self) -> float:
+        return min(1.0, self.own_seconds / self.expected_seconds)
+
+    @property
+    def task_remaining(self) -> float:
+        """Seconds of its expected share it has not spent (never more than the job has left)."""
+        return min(self.job.remaining, max(0.0, self.expected_seconds - self.own_seconds))
+
+    def __repr__(self) -> str:
+        return (f"TaskClock({format_seconds(self.own_seconds)} of {format_seconds(self.expected_seconds)} "
+                f"expected; job {self.job!r})")

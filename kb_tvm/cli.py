@@ -195,18 +195,27 @@ def _writable_dir(work_dir: Path) -> None:
 @_pipeline_option
 @click.option("--resume", is_flag=True, help="Continue an interrupted run in --work-dir: its records stay, "
               "its seconds count, finished tasks get no more.")
+@click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=DIMS",
+              help="Pin an input's dynamic axes, e.g. input_ids=1x128 (repeat for each input).")
 @_experience_options
 def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, repeatable, strategy, pipeline,
-                       resume, experience_dir, no_experience) -> None:
+                       resume, input_shapes, experience_dir, no_experience) -> None:
     """Tune an ONNX model within a wall-clock budget; export a library and a report."""
     _check_repeatable(repeatable, seed, strategy)
     from .measure.targets import describe, make_target
-    from .model_tuning import ModelError, load_onnx, read_state, to_relax, tune_model
+    from .model_tuning import (
+        ModelError,
+        load_onnx,
+        parse_input_shape,
+        read_state,
+        to_relax,
+        tune_model,
+    )
 
     work_dir = Path(work_dir or Path("kb-work") / Path(model).stem)
     experience = _experience(experience_dir, no_experience, strategy)
     try:  # every check before anything is written
-        onnx_model = load_onnx(model)
+        onnx_model = load_onnx(model, dict(parse_input_shape(text) for text in input_shapes))
         to_relax(onnx_model)
         tvm_target = make_target(target)
         read_state(work_dir, name=str(model), resume=resume, strategy=strategy)
@@ -227,6 +236,8 @@ def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, 
             click.echo(f"resuming: {format_seconds(record['spent_s'])} already spent")
         elif event == "retire":
             click.echo(f"          {record['task']} retired: {record['why']}")
+        elif event == "revive":
+            click.echo(f"          {record['task']} back: {record['why']}")
 
     try:
         report = tune_model(onnx_model, name=str(model), target=tvm_target, budget=budget, work_dir=work_dir,

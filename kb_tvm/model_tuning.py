@@ -21,8 +21,18 @@ class ModelError(ValueError):
     """A problem with the user's model, said in one line."""
 
 
-def load_onnx(path: str | Path):
-    """The ONNX model at `path`, checked for what kb-tvm needs: readable, static input shapes."""
+def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """`--input-shape`'s value: "input_ids=1x128" -> ("input_ids", (1, 128))."""
+    name, sep, dims = text.partition("=")
+    parts = dims.replace(",", "x").split("x")
+    if not (sep and name and all(p.isdigit() and int(p) > 0 for p in parts)):
+        raise ModelError(f"--input-shape {text!r}: write NAME=DIMS with positive dimensions, e.g. input_ids=1x128")
+    return name, tuple(int(p) for p in parts)
+
+
+def load_onnx(path: str | Path, input_shapes: dict[str, tuple[int, ...]] | None = None):
+    """The ONNX model at `path`, checked for what kb-tvm needs: readable, and static input
+    shapes once `input_shapes` (input name -> dims) pins the dynamic ones."""
     import onnx
 
     path = Path(path)
@@ -35,17 +45,36 @@ def load_onnx(path: str | Path):
     if not model.graph.node:
         raise ModelError(f"{path} is not an ONNX model (no graph nodes)")
     initializers = {init.name for init in model.graph.initializer}
-    for graph_input in model.graph.input:
-        if graph_input.name in initializers:
-            continue
-        for axis, dim in enumerate(graph_input.type.tensor_type.shape.dim):
+    graph_inputs = {i.name: i for i in model.graph.input if i.name not in initializers}
+    for name, dims in (input_shapes or {}).items():
+        if name not in graph_inputs:
+            raise ModelError(f"--input-shape names '{name}', which is not an input of {path.name}; "
+                             f"its inputs: {', '.join(graph_inputs)}")
+        _pin(graph_inputs[name], dims)
+    for graph_input in graph_inputs.values():
+        shape = graph_input.type.tensor_type.shape.dim
+        for axis, dim in enumerate(shape):
             if dim.dim_param or dim.dim_value <= 0:
                 label = f"'{dim.dim_param}'" if dim.dim_param else "unknown"
+                example = "x".join(str(d.dim_value) if d.dim_value > 0 else "N" for d in shape)
                 raise ModelError(
                     f"input '{graph_input.name}' has a dynamic dimension {axis} ({label}); kb-tvm tunes static "
-                    f"shapes: export with fixed shapes, or fix it with `python -m onnxruntime.tools."
-                    f"make_dynamic_shape_fixed --dim_param {dim.dim_param or 'NAME'} --dim_value N in.onnx out.onnx`")
+                    f"shapes: pin it with --input-shape {graph_input.name}={example}, N the size you will run")
     return model
+
+
+def _pin(graph_input, dims: tuple[int, ...]) -> None:
+    """Fix a graph input's dimensions in place (the dynamic ones; a static one must agree)."""
+    shape = graph_input.type.tensor_type.shape.dim
+    given = "x".join(map(str, dims))
+    if len(dims) != len(shape):
+        raise ModelError(f"--input-shape {graph_input.name}={given} has {len(dims)} dimensions; "
+                         f"input '{graph_input.name}' has {len(shape)}")
+    for axis, (dim, size) in enumerate(zip(shape, dims)):
+        if dim.dim_value > 0 and dim.dim_value != size:
+            raise ModelError(f"--input-shape {graph_input.name}={given}: dimension {axis} of "
+                             f"'{graph_input.name}' is fixed at {dim.dim_value} in the model")
+        dim.dim_value = size  # setting the value clears dim_param (a oneof)
 
 
 def to_relax(model):
@@ -289,9 +318,12 @@ def tune_model(
     curve = latency_curve(batches, weights, default_latency, untuned_latency)
     plot_curve(work_dir / "latency.png", curve, tuned=(seconds, tuned_latency), title=f"{name} ({strategy})")
     total = sum(weights[n] * default_latency[n] for n in weights) or 1.0
+    total_after = sum(weights[n] * used_latency[n] for n in weights) or 1.0
     by_name = {t.name: t for t in stats}
     report = {
         "model": name, "target": str(target.export()), "pipeline": pipeline, "budget_s": tuning_budget.total,
+        "inputs": {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input
+                   if i.name not in {init.name for init in model.graph.initializer}},
         "strategy": strategy, "seconds_spent": seconds,
         "trials": recorder.trials, "schedules_measured": len(database),
         "latency_untuned_ms": untuned_latency * 1e3, "latency_tuned_ms": tuned_latency * 1e3,
@@ -300,7 +332,8 @@ def tune_model(
         "library": str(work_dir / "model.so"), "records": str(work_dir / "database_tuning_record.json"),
         "plot": str(work_dir / "latency.png"),
         "curve": [{"seconds": round(s, 2), "estimated_ms": round(ms_ * 1e3, 5)} for s, ms_ in curve],
-        "tasks": [_task_row(n, weights[n], default_latency[n], used_latency[n], total, by_name.get(n))
+        "tasks": [_task_row(n, weights[n], default_latency[n], used_latency[n], total, total_after,
+                             by_name.get(n))
                   for n in sorted(weights, key=lambda n: -weights[n] * default_latency[n])],
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
@@ -336,12 +369,13 @@ def _record_seconds(record) -> float | None:
     return sum(ok) / len(ok) if ok else None
 
 
-def _task_row(name, weight, default, after, total, stats) -> dict:
+def _task_row(name, weight, default, after, total, total_after, stats) -> dict:
     return {"task": name, "weight": weight, "share_of_model_time": weight * default / total,
+            "share_at_end": weight * after / total_after,
             "seconds": stats.seconds if stats else None, "trials": stats.trials if stats else None,
             "latency_before_ms": default * 1e3, "latency_after_ms": after * 1e3,
             "schedule": "default" if after == default else "tuned",
-            "retired": stats.retired if stats else None}
+            "retired": stats.retired if stats else None, "revived": stats.revivals if stats else 0}
 
 
 def latency_curve(batches: list[dict], weights: dict[str, float], default_latency: dict[str, float],
@@ -474,15 +508,17 @@ def report_markdown(report: dict) -> str:
         "![end-to-end latency against seconds spent](latency.png)",
         "",
         "Latency before = the task's default schedule in the untuned build; after = the schedule the "
-        "tuned build uses (a tuned record only where it beats the default).",
+        "tuned build uses (a tuned record only where it beats the default). Share of model time: "
+        "weight x latency over all tasks, untuned and at the end.",
         "",
-        "| task | weight | share of model time | seconds | trials | before ms | after ms | schedule | retired |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| task | weight | share untuned | share at end | seconds | trials | before ms | after ms | schedule | retired |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for t in report["tasks"]:
         seconds = "-" if t["seconds"] is None else f"{t['seconds']:.0f}"
         trials = "-" if t["trials"] is None else str(t["trials"])
-        lines.append(f"| {t['task']} | {t['weight']:g} | {t['share_of_model_time']:.1%} | {seconds} | {trials} | "
+        lines.append(f"| {t['task']} | {t['weight']:g} | {t['share_of_model_time']:.1%} | {t['share_at_end']:.1%} | "
+                     f"{seconds} | {trials} | "
                      f"{t['latency_before_ms']:.4f} | {t['latency_after_ms']:.4f} | {t['schedule']} | "
                      f"{t['retired'] or ''} |")
     return "\n".join(lines) + "\n"

@@ -9,6 +9,8 @@ def simulate(tasks, latency_curves, budget_seconds, batch_seconds=10.0, **kwargs
     picks = []
     while spent < budget_seconds:
         choice = choose_next(tasks, default_batch_seconds=batch_seconds, **kwargs)
+        for index in choice.revived:
+            tasks[index].retired = None
         for index, why in choice.retired.items():
             tasks[index].retired = why
         if choice.task is None:
@@ -101,3 +103,18 @@ def test_curves_borrowed_from_similar_workloads_tuned_before_steer_the_allocatio
         task.record_batch(10.0, 16, 1e-3)
     choice = choose_next([flat, promising], default_batch_seconds=10)
     assert choice.task == 1 and choice.gain_per_second[1] > 10 * choice.gain_per_second[0]
+
+
+def test_a_task_skipped_as_trivial_gets_seconds_once_the_others_made_it_a_bottleneck():
+    # untuned, the small matmul is 1.5% of model time: it keeps its default schedule; once the
+    # big one is 20x faster it is a quarter of model time and gets tuned after all
+    tasks = [TaskStats("fused_matmul_big", weight=1, flop=1e10, latency_default=10e-3),
+             TaskStats("fused_matmul_small", weight=1, flop=1e7, latency_default=0.15e-3)]
+    curves = [[10e-3 * 0.5**k for k in range(5)] + [0.5e-3] * 40, [0.15e-3 * 0.8**k for k in range(40)]]
+    first = choose_next(tasks, default_batch_seconds=10)
+    assert first.task == 0 and first.retired[1].startswith("trivial")
+    picks, _ = simulate(tasks, curves, budget_seconds=300)
+    assert tasks[1].batches >= 2 and tasks[1].latency < 0.15e-3
+    assert picks.index(1) == 2  # once the big one went 10 -> 5 ms: the small one is then 2.9%
+    tasks[0].latency, tasks[1].retired = 10e-3, "trivial: 1.5% of model time"  # were the big one slow again
+    assert choose_next(tasks, default_batch_seconds=10).revived == {}

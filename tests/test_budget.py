@@ -56,3 +56,22 @@ def test_format_seconds():
     assert format_seconds(9.04) == "9.0s"
     assert format_seconds(125) == "2m05s"
     assert format_seconds(5400) == "1h30m"
+
+
+def test_a_shared_budget_gives_each_task_its_own_clock_bounded_by_the_jobs():
+    now = [0.0]
+    job = TuningBudget(100.0, clock=lambda: now[0])
+    assert job.task("a") is job  # not shared: the task reads the job's budget
+    job.share_among_tasks().start()
+    a = job.task("a")
+    assert job.task("a") is a and job.task("b") is not a
+    now[0] = 50.0
+    assert a.fraction_used == 0.0 and a.spent == 50.0 and a.remaining == 50.0 and not a.exhausted
+    a.charge(10.0, expected_seconds=40.0)
+    assert a.fraction_used == 0.25 and a.task_remaining == 30.0 and job.task_remaining == 50.0
+    now[0] = 80.0
+    assert a.task_remaining == 20.0  # never more than the job has left
+    a.charge(60.0, expected_seconds=40.0)
+    assert a.fraction_used == 1.0 and a.task_remaining == 0.0
+    now[0] = 100.0
+    assert a.exhausted

@@ -138,3 +138,27 @@ def test_a_search_stops_when_the_budget_is_spent_a_batch_would_overrun_or_gains_
     plan, clock = _planner(total=10.0)
     clock.now = 11.0
     assert plan.why_stop() == "budget spent"
+
+
+def test_a_task_first_scheduled_late_in_a_shared_budget_paces_on_its_own_clock():
+    # the job is 90% spent when this task starts: on the job's clock it would skip straight
+    # to refining; on its own (0 of the 40 s its share says it gets) it is at the start
+    clock = Clock()
+    job = TuningBudget(400.0, clock=clock).share_among_tasks().start()
+    clock.now = 360.0
+    task = job.task("fused_matmul")
+    task.charge(0.0, expected_seconds=40.0)
+    plan = Planner(options=SearchOptions(coarse_trials_per_region=1, coarse_max_fraction=0.25), budget=task,
+                   trials_per_batch=8, max_trials=1000, num_cores=2, cost=MeasurementCost(1.0))
+    assert not plan.refine_due() and plan.exploration() > 1.0
+    pool = [Item(("s0/a",)), Item(("s0/b",))]
+    plan.count_samples(pool, [])
+    pool[0].latencies.append(1e-3)
+    plan.tell([pool[0]], [(1e-3, None)], ["sample"], 1.0)
+    clock.now = 390.0  # the job's clock moves (other tasks' batches): not this task's coarse phase
+    assert not plan.coarse_done(pool)
+    task.charge(12.0, expected_seconds=40.0)  # its own batches took 30% of its share
+    assert plan.coarse_done(pool)
+    task.charge(36.0, expected_seconds=40.0)
+    assert plan.refine_due()
+    assert plan.budget.remaining == 10.0  # the hard limit stays the job's

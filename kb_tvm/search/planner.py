@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from ..budget import TuningBudget
+from ..budget import TaskClock, TuningBudget
 from . import decisions
 from .options import SearchOptions
 
@@ -20,8 +20,8 @@ from .options import SearchOptions
 class Planner:
     """The policy of one task's search: pacing, regions, phases, parents, choices, stopping."""
 
-    def __init__(self, *, options: SearchOptions, budget: TuningBudget, trials_per_batch: int, max_trials: int,
-                 num_cores: int, cost: decisions.MeasurementCost,
+    def __init__(self, *, options: SearchOptions, budget: TuningBudget | TaskClock, trials_per_batch: int,
+                 max_trials: int, num_cores: int, cost: decisions.MeasurementCost,
                  won_before: frozenset[str] = frozenset()) -> None:
         self.opt = options
         self.budget = budget
@@ -38,7 +38,8 @@ class Planner:
         self.batches = 0
         self.low_gain_rounds = 0
         self.stop_reason: str | None = None
-        self.spent_at_start = budget.spent  # a task may start late in a shared budget
+        # a task may start late in a budget shared without a task clock (a TaskClock starts at 0)
+        self.fraction_at_start = budget.fraction_used
 
     # ------------------------------------------------------------ pacing
     def why_stop(self) -> str | None:
@@ -90,7 +91,7 @@ class Planner:
             return True
         if not self.batches:
             return False
-        if (self.budget.spent - self.spent_at_start) >= self.opt.coarse_max_fraction * self.budget.total:
+        if self.budget.fraction_used - self.fraction_at_start >= self.opt.coarse_max_fraction:
             return True
         return all(s.trials >= self.opt.coarse_trials_per_region or not unmeasured(pool, name)
                    for name, s in self.regions.items())

@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from ..budget import TuningBudget
+from ..budget import TaskClock, TuningBudget
 from ..decision_log import DecisionLog
 from ..surrogate import EnsembleCostModel, PriorModel
 from ..templates import Template
@@ -31,7 +31,7 @@ class TaskSearch:
     """State and loop of KBSearch for one task (one TuneContext): asks the current phase for a
     batch, tells the planner and the model what it measured."""
 
-    def __init__(self, *, context, design_spaces, templates: list[Template], budget: TuningBudget,
+    def __init__(self, *, context, design_spaces, templates: list[Template], budget: TuningBudget | TaskClock,
                  options: SearchOptions, max_trials: int, trials_per_batch: int, log: DecisionLog,
                  borrowed: list[Borrowed] | None = None, prior: PriorModel | None = None) -> None:
         self.ctx = context
@@ -144,7 +144,7 @@ class TaskSearch:
         self.sampled = True
         # sampling is cheap, but never let it eat more than its share of the budget (unless repeatable)
         deadline = math.inf if self.opt.repeatable else started + max(
-            2.0, self.opt.sampling_time_share * self.budget.remaining)
+            2.0, self.opt.sampling_time_share * self.budget.task_remaining)
         chunk, wanted = 8 * self.factory.workers, self.opt.coarse_samples_per_space
         found, tries = [0] * len(self.factory.spaces), [0] * len(self.factory.spaces)
         # round robin, each space's first chunk regardless of the deadline: a deadline that
