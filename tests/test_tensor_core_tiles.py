@@ -116,3 +116,17 @@ def test_tvms_own_tensor_core_matmul_is_a_candidate_that_builds_and_replays_as_a
     assert structural_equal(replayed.mod, known.sch.mod)
     llvm = candidate_factory(workload, tvm.target.Target({"kind": "llvm", "num-cores": 2}), fitted_tiles=True, seed=1, log_dir=str(tmp_path))
     assert llvm.known_good() == []  # dlight's rules are for GPUs
+
+
+def test_a_choice_that_never_passes_is_banned_after_enough_failures_but_never_the_last():
+    from kb_tvm.search.tensor_core_tiles import CategoricalBans
+
+    bans = CategoricalBans(after=3)
+    for _ in range(3):
+        bans.record(0, {67: 3, 70: 1}, passed=False)
+        bans.record(0, {67: 1, 70: 1}, passed=True)
+    assert bans.banned() == [(0, 67, 3)]  # 70=1 passed once: not banned
+    assert bans.allowed(0, 67, 4) == [0, 1, 2] and bans.allowed(1, 67, 4) == [0, 1, 2, 3]  # per space
+    for _ in range(3):
+        bans.record(0, {5: 0}, passed=False)
+    assert bans.allowed(0, 5, 1) == [0]  # the only choice stays

@@ -5,6 +5,7 @@ into regions and described by features. What to do with them is the planner's bu
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import threading
 import time
@@ -19,7 +20,7 @@ from ..schedule_props import schedule_properties
 from ..templates import Template
 from ..warm_start import replay_adapted, sketch_kinds
 from .options import SearchOptions
-from .tensor_core_tiles import WmmaLimits, draw_tiles
+from .tensor_core_tiles import CategoricalBans, WmmaLimits, draw_tiles
 
 # what a candidate's feature vector holds (MetaSchedule's per-store features summed and
 # maxed over stores, then the schedule properties); the experience library keys rows by it
@@ -70,6 +71,7 @@ class CandidateFactory:
         self.num_cores = max(1, int(context.num_threads))
         self.seen: set[int] = set()
         self.dropped = {"postproc": 0, "duplicate": 0, "verify": 0}
+        self.categorical_bans = CategoricalBans()  # fitted sampling: choices that never pass
         # GPU builds fail often (tensor-core spaces: most stock candidates); lowering without
         # codegen catches those failures in ~20 ms, far cheaper than a build + run slot
         self.verify = context.target.kind.name == "cuda"
@@ -97,9 +99,20 @@ class CandidateFactory:
         if space_index in self.unfit_spaces:
             return []
         if plan is not None or self.opt.repeatable:
-            tiles = None if plan is None else [draw_tiles(self.rng, *plan) for _ in range(count)]
             design = self.spaces[space_index].trace
-            return self.realize([(Trace(design.insts, {}), space_index, "sample")] * count, tiles=tiles)
+            if plan is None:
+                return self.realize([(Trace(design.insts, {}), space_index, "sample")] * count)
+            choices = [(k, len(inst.attrs[0])) for k, inst in enumerate(design.insts)
+                       if inst.kind.name == "SampleCategorical"]
+            made: list[Candidate] = []
+            for start in range(0, count, 4 * self.workers):  # in chunks, so that bans learnt apply
+                size = min(4 * self.workers, count - start)
+                tiles = [draw_tiles(self.rng, *plan) for _ in range(size)]
+                picks = [{k: int(self.rng.choice(self.categorical_bans.allowed(space_index, k, n)))
+                          for k, n in choices} for _ in range(size)]
+                made += self.realize([(Trace(design.insts, {}), space_index, "sample")] * size, tiles=tiles,
+                                     picks=picks)
+            return made
 
         sampler = self.samplers.get(space_index)
         if sampler is None:
@@ -175,16 +188,21 @@ class CandidateFactory:
                 jobs.append((trace, space, origin.replace("{i}", str(index))))
         return self.realize(jobs, adapt=adapt), len(jobs)
 
-    def realize(self, jobs: list[tuple], adapt: bool = False,
-                 tiles: list | None = None, verify: bool = True) -> list[Candidate]:
+    def realize(self, jobs: list[tuple], adapt: bool = False, tiles: list | None = None,
+                picks: list[dict[int, int]] | None = None, verify: bool = True) -> list[Candidate]:
         """Replay (trace, space, origin[, generation]) jobs into postprocessed new candidates, checked by
         lowering unless `verify` is False (adapt: fit borrowed tile decisions to this workload;
-        tiles: each job's SamplePerfectTile decisions, in trace order). The TVM work runs on
-        `workers` threads (TVM releases the GIL)."""
+        tiles: each job's SamplePerfectTile decisions, in trace order; picks: each job's
+        SampleCategorical decisions by instruction index, whose outcomes `categorical_bans`
+        learns from). The TVM work runs on `workers` threads (TVM releases the GIL)."""
         seeds = [int(v) for v in self.rng.integers(1, 1 << 30, size=len(jobs))]
         tiles = tiles or [None] * len(jobs)
-        work = [(job[0], seed, adapt, tile, verify) for job, seed, tile in zip(jobs, seeds, tiles)]
-        replayed = self.executor.map(self._replay, work)
+        picks = picks or [None] * len(jobs)
+        work = [(job[0], seed, adapt, tile, pick, verify) for job, seed, tile, pick in zip(jobs, seeds, tiles, picks)]
+        replayed = list(self.executor.map(self._replay, work))
+        for (_, reason), job, pick in zip(replayed, jobs, picks):
+            if pick:
+                self.categorical_bans.record(job[1], pick, passed=reason != "postproc")
         return self._admit([(sch, reason, job[1], job[2], job[3] if len(job) > 3 else 0, verify or not self.verify)
                             for (sch, reason), job in zip(replayed, jobs)])
 
@@ -254,7 +272,7 @@ class CandidateFactory:
     def _replay(self, job) -> tuple[object | None, str | None]:
         from tvm.s_tir.schedule import Schedule
 
-        trace, seed, adapt, tiles, verify = job
+        trace, seed, adapt, tiles, picks, verify = job
         if not hasattr(self._local, "postprocs"):  # postprocs may keep state: one copy per thread
             self._local.postprocs = [p.clone() for p in self.postprocs]
         try:
@@ -264,7 +282,7 @@ class CandidateFactory:
                     return None, "postproc"
             else:
                 sch = Schedule(self.ctx.mod, seed=seed, debug_mask="none", error_render_level="none")
-                trace.apply_to_schedule(sch, remove_postproc=True, decision_provider=_tiles_provider(tiles))
+                trace.apply_to_schedule(sch, remove_postproc=True, decision_provider=_decisions_provider(tiles, picks))
             sch.enter_postproc()  # marks what follows as postprocessing, which replays strip
             valid = all(p.apply(sch) for p in self._local.postprocs)
         except OUR_BUGS:
@@ -307,15 +325,22 @@ class CandidateFactory:
 
 
 
-def _tiles_provider(tiles):
-    """A decision provider that gives the SamplePerfectTile instructions `tiles`, in order (the
-    others keep their decision, or sample one where it is None); None when there are no tiles."""
-    if tiles is None:
+def _decisions_provider(tiles, picks):
+    """A decision provider that gives the SamplePerfectTile instructions `tiles`, in order, and
+    the instructions at the indices of `picks` their choice (the others keep their decision,
+    or sample one where it is None); None when it has nothing to give."""
+    if tiles is None and not picks:
         return None
-    given = iter(tiles)
+    given = iter(tiles or [])
+    position = itertools.count()  # the provider sees every instruction, in trace order
 
     def decide(inst, inputs, attrs, decision):
-        return list(next(given)) if inst.kind.name == "SamplePerfectTile" else decision
+        index = next(position)
+        if tiles is not None and inst.kind.name == "SamplePerfectTile":
+            return list(next(given))
+        if picks and index in picks:
+            return picks[index]
+        return decision
 
     return decide
 

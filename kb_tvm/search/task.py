@@ -171,6 +171,7 @@ class TaskSearch:
             "coarse-sampled", design_spaces=len(self.factory.spaces), templates=[t.name for t in self.factory.templates],
             valid=len(self.pool), known_good=[c.origin for c in self.pinned if c.origin == "dlight"],
             dropped=dict(self.factory.dropped), seconds=time.monotonic() - started,
+            banned_choices=[f"s{space}:{inst}={choice}" for space, inst, choice in self.factory.categorical_bans.banned()],
             regions={name: {"sampled": s.sampled} for name, s in self.plan.regions.items()})
 
     def _borrow(self) -> None:

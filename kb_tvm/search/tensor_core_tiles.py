@@ -82,3 +82,27 @@ def draw_tiles(rng, extents: tuple[int, int, int], limits: WmmaLimits, tries: in
         if i is not None and j is not None and k is not None and fits(i, j, k, limits):
             return [i, j, k]
     return None
+
+
+class CategoricalBans:
+    """Which choices of a sketch's SampleCategorical decisions (e.g. a cooperative fetch's vector
+    length) never pass the postprocessors, learned from the samples as they are drawn. On the
+    WMMA sketch of an fp16 GEMM, B's fetch at 8 lanes failed VerifyGPUCode 80 times out of 80
+    while the other choices failed ~9%; a quarter of the samples went to it. A choice is banned
+    once it failed `after` times without a success, and never the last one left."""
+
+    def __init__(self, after: int = 8) -> None:
+        self.after = after
+        self.outcomes: dict[tuple[int, int, int], list[int]] = {}  # (space, inst, choice) -> [ok, failed]
+
+    def record(self, space: int, picks: dict[int, int], passed: bool) -> None:
+        for inst, choice in picks.items():
+            counts = self.outcomes.setdefault((space, inst, choice), [0, 0])
+            counts[0 if passed else 1] += 1
+
+    def allowed(self, space: int, inst: int, choices: int) -> list[int]:
+        ok = [c for c in range(choices) if (space, inst, c) not in set(self.banned())]
+        return ok or list(range(choices))
+
+    def banned(self) -> list[tuple[int, int, int]]:
+        return sorted(key for key, (ok, failed) in self.outcomes.items() if ok == 0 and failed >= self.after)
