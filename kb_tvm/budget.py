@@ -144,7 +144,8 @@ class TaskClock:
         return self
 
     def charge(self, seconds: float, expected_seconds: float) -> None:
-        """After each of its batches: its seconds so far, and what it is now expected to get."""
+        """Before each batch the scheduler hands out: its seconds so far, and what it is now
+        expected to get."""
         self.own_seconds = seconds
         self.expected_seconds = max(expected_seconds, 1e-9)
 
