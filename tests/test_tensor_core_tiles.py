@@ -26,6 +26,7 @@ def test_drawn_tiles_are_perfect_and_fit():
         assert [math.prod(i), math.prod(j), math.prod(k)] == [256, 64, 256]
         assert len(i) == len(j) == 5 and len(k) == 3 and max(i[-1], j[-1], k[-1]) <= 4
         assert warps(i, j) <= 32 and shared_bytes(i, j, k, H200) <= 49152 and fits(i, j, k, H200)
+        assert i[3] * i[4] * j[3] * j[4] <= 16
 
 
 def test_the_limits_are_what_was_measured():
@@ -33,6 +34,9 @@ def test_the_limits_are_what_was_measured():
     i, j, k = [64, 1, 1, 2, 1], [64, 1, 2, 1, 1], [128, 2, 1]
     assert warps(i, j) == 2 and shared_bytes(i, j, k, H200) == 2 * (2 * 16) * (4 * 16)
     assert not fits([1, 1, 64, 4, 1], [1, 1, 1, 1, 1], [256, 1, 1], H200)  # 64 warps
+    # a warp holding 2 x 16 accumulator fragments spills (ptxas: 255 registers + stack); 16 does not
+    assert not fits([8, 32, 1, 1, 1], [2, 4, 1, 16, 2], [256, 1, 1], H200)
+    assert fits([8, 4, 1, 4, 2], [16, 8, 1, 1, 2], [256, 1, 1], H200)
 
 
 def test_a_sketch_that_cannot_fit_draws_nothing_and_bad_limits_are_errors():

@@ -28,9 +28,14 @@ class WmmaLimits:
     input_bytes: int = 2  # fp16 / bf16 inputs
     max_innermost: int = 4  # the sketch's own bound on each loop's innermost factor
     stages: int = 1  # copies of the A and B tiles in shared memory: 2 when software-pipelined
+    # register pressure: the accumulator fragments a warp holds (i3 i4 j3 j4), 8 registers per
+    # thread each for fp32; ptxas for sm_90 used 208 registers at 16 (bench-results/tc-registers.py)
+    # and spilled at 32: 255 registers and 152 bytes of stack (h200-issue9b/kernel-reading.txt)
+    max_warp_fragments: int = 16
 
     def __post_init__(self) -> None:
-        for name in ("max_warps", "max_shared_bytes", "input_bytes", "max_innermost", "stages"):
+        for name in ("max_warps", "max_shared_bytes", "input_bytes", "max_innermost", "stages",
+                     "max_warp_fragments"):
             value = getattr(self, name)
             if not (isinstance(value, int) and value >= 1):
                 raise ValueError(f"{name}={value!r}: must be an integer >= 1")
@@ -53,6 +58,7 @@ def fits(i: list[int], j: list[int], k: list[int], limits: WmmaLimits) -> bool:
     # nothing to overlap and TVM's InferFragment fails (all 40 such samples, none of 40 others)
     pipelinable = limits.stages == 1 or k[1] >= 2
     return (pipelinable and warps(i, j) <= limits.max_warps
+            and i[3] * i[4] * j[3] * j[4] <= limits.max_warp_fragments
             and shared_bytes(i, j, k, limits) <= limits.max_shared_bytes)
 
 
