@@ -22,15 +22,8 @@ def build_config(target) -> dict:
     On CUDA, `tirx.merge_static_smem` merges the staged tiles into one shared buffer: without it
     TVM 0.27's StorageRewrite rejects ~85% of the tensor-core samples that pass postprocessing
     ("tvm_access_ptr element type must match"), with it none; the kernels compute the same and
-    run as fast (BENCHMARKS.md, issue 9).
-    On CUDA it also registers kb's bf16 WMMA intrinsics, which bf16 records name: replaying
-    such a record (compile_tir, a database query) needs them."""
-    if target.kind.name != "cuda":
-        return {}
-    from ..search.tensor_core_space import register_bf16_intrinsics
-
-    register_bf16_intrinsics()
-    return {"tirx.merge_static_smem": True}
+    run as fast (BENCHMARKS.md, issue 9)."""
+    return {"tirx.merge_static_smem": True} if target.kind.name == "cuda" else {}
 
 
 def compile_kernel(mod, target):

@@ -40,24 +40,28 @@ _STOCK_WMMA_GROUPS = [
 
 
 def register_bf16_intrinsics() -> None:
-    """Register the bf16 WMMA load and sync intrinsics once per process."""
+    """Register the bf16 WMMA load and sync intrinsics, once per process. TensorCoreSpace does
+    it; a process of your own that replays kb's bf16 records (compile_tir, a database query)
+    calls it first. It imports TVM's CUDA intrinsics (~17 s on a 2-core machine), so nothing on
+    the build path calls it: builds take scheduled modules, which name no intrinsic."""
     from tvm.s_tir import TensorIntrin
+
+    wanted = {
+        "kb_wmma_load_16x16x16_bf16_a_shared_dyn": ("load", "shared.dyn", False, False),
+        "kb_wmma_load_16x16x16_bf16_b_shared_dyn": ("load", "shared.dyn", True, False),
+        "kb_wmma_load_16x16x16_bf16_b_trans_shared_dyn": ("load", "shared.dyn", True, True),
+        "kb_wmma_sync_16x16x16_bf16bf16f32": ("sync", "float32", False),
+        "kb_wmma_sync_16x16x16_bf16bf16f32_trans": ("sync", "float32", True),
+    }
+    missing = {name: how for name, how in wanted.items() if TensorIntrin.get(name, allow_missing=True) is None}
+    if not missing:
+        return
     from tvm.s_tir.tensor_intrin import cuda as intrin
 
-    for name, parts in (
-        ("kb_wmma_load_16x16x16_bf16_a_shared_dyn",
-         intrin.get_wmma_load_intrin(16, 16, 16, "bfloat16", "shared.dyn", False, False)),
-        ("kb_wmma_load_16x16x16_bf16_b_shared_dyn",
-         intrin.get_wmma_load_intrin(16, 16, 16, "bfloat16", "shared.dyn", True, False)),
-        ("kb_wmma_load_16x16x16_bf16_b_trans_shared_dyn",
-         intrin.get_wmma_load_intrin(16, 16, 16, "bfloat16", "shared.dyn", True, True)),
-        ("kb_wmma_sync_16x16x16_bf16bf16f32",
-         intrin.get_wmma_sync_intrin(16, 16, 16, "bfloat16", "float32", False)),
-        ("kb_wmma_sync_16x16x16_bf16bf16f32_trans",
-         intrin.get_wmma_sync_intrin(16, 16, 16, "bfloat16", "float32", True)),
-    ):
-        if TensorIntrin.get(name, allow_missing=True) is None:
-            TensorIntrin.register(name, *parts)
+    for name, (kind, *args) in missing.items():
+        parts = (intrin.get_wmma_load_intrin(16, 16, 16, "bfloat16", *args) if kind == "load"
+                 else intrin.get_wmma_sync_intrin(16, 16, 16, "bfloat16", *args))
+        TensorIntrin.register(name, *parts)
 
 
 def tensor_core_rules(*, software_pipeline: bool = False) -> list:
