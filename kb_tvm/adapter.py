@@ -312,8 +312,7 @@ class KBTaskScheduler(PyTaskScheduler):
             if self.experience is not None:
                 self._borrow_curves(scheduler)
             for index, task in enumerate(self.stats):  # finished in an earlier run: not re-spent
-                if task.retired is not None and not task.retired.startswith(allocation.TRIVIAL) \
-                        and not scheduler.tasks_[index].is_terminated:
+                if task.retired is not None and not task.parked and not scheduler.tasks_[index].is_terminated:
                     scheduler.terminate_task(index)
         if self.running is not None:
             task, handed_out = self.running
@@ -338,7 +337,7 @@ class KBTaskScheduler(PyTaskScheduler):
             self._emit("revive", task=self.stats[index].name, why=why)
         for index, why in choice.retired.items():
             self.stats[index].retired = why
-            if not why.startswith(allocation.TRIVIAL):  # a trivial task may come back: its search stays
+            if not self.stats[index].parked:  # a trivial task may come back: its search stays
                 scheduler.terminate_task(index)
             self._emit("retire", task=self.stats[index].name, why=why)
         if choice.task is None:

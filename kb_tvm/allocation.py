@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
+TRIVIAL = "trivial"  # a retirement by share of model time: revocable, since shares move
+
 
 @dataclass
 class TaskStats:
@@ -41,6 +43,11 @@ class TaskStats:
     revivals: int = 0  # times it came back from a trivial retirement
     # improvement curves of similar workloads tuned before (experience library)
     borrowed_improvements: list[list[float]] = field(default_factory=list)
+
+    @property
+    def parked(self) -> bool:
+        """Retired as trivial: it keeps its search, and comes back if its share grows."""
+        return (self.retired or "").startswith(TRIVIAL)
 
     @property
     def batches(self) -> int:
@@ -120,9 +127,6 @@ def predicted_improvement(task: TaskStats, neighbour_curves: list[list[float]], 
     return trust * own + (1.0 - trust) * expected
 
 
-TRIVIAL = "trivial"  # a retirement by share of model time: revocable, since shares move
-
-
 @dataclass(frozen=True)
 class Choice:
     task: int | None  # None: nothing is worth more seconds
@@ -152,7 +156,7 @@ def choose_next(
     revived = {i: f"now {t.model_seconds / model_time:.1%} of model time (floor {floor_share:.0%}): "
                   f"the others got faster"
                for i, t in enumerate(tasks)
-               if (t.retired or "").startswith(TRIVIAL) and t.model_seconds is not None
+               if t.parked and t.model_seconds is not None
                and t.model_seconds / model_time >= floor_share}
     live = [i for i, t in enumerate(tasks) if t.retired is None or i in revived]
     retired: dict[int, str] = {}
