@@ -1,0 +1,34 @@
+"""`kb-tvm tune MODEL.onnx`: ONNX -> Relax -> KBTaskScheduler + KBSearch -> a deployable
+library and a report. Records stay in TVM's JSONDatabase files in the work dir (one record per
+schedule, see `RecordDatabase`), so stock `compile_relax` can use them too.
+
+One module per step of a job:
+- `job`: `tune_model`, the orchestration: the steps below in order
+- `onnx_input`: read and check the ONNX model, pin its input shapes, example inputs,
+  onnxruntime's reference outputs; `ModelError`
+- `relax_build`: the Relax import, the fusion tasks are extracted from, and the build
+- `profiling`: the model's latency and each task's kernel timed alone
+- `record_choice`: per task, a tuned record only where it beats the default schedule
+- `run_state`: the resume state in the work dir
+- `report`: report.json's rows, the latency curve and its plot, the numerics check, report.md
+
+TVM is imported inside the functions that use it, so importing this package stays cheap."""
+
+from .job import tune_model
+from .onnx_input import (
+    ModelError,
+    example_inputs,
+    load_onnx,
+    onnxruntime_outputs,
+    parse_input_shape,
+)
+from .profiling import profile_kernels, run_and_time
+from .record_choice import better_than_default
+from .relax_build import build, fuse, to_relax
+from .report import latency_curve, plot_curve, report_markdown
+from .run_state import STATE_FILE, _drop_torn_tail, read_state, write_state
+
+__all__ = ["STATE_FILE", "ModelError", "_drop_torn_tail", "better_than_default", "build", "example_inputs",
+           "fuse", "latency_curve", "load_onnx", "onnxruntime_outputs", "parse_input_shape", "plot_curve",
+           "profile_kernels", "read_state", "report_markdown", "run_and_time", "to_relax", "tune_model",
+           "write_state"]

@@ -1,0 +1,153 @@
+"""`kb-tvm tune MODEL.onnx` from start to end: the untuned build and profile, the tuning
+run, the final build and the report; the steps themselves live in the sibling modules."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ..allocation import TaskStats
+from ..budget import TuningBudget
+from ..logger_guard import guard_metaschedule_logger
+from .onnx_input import example_inputs, onnxruntime_outputs
+from .profiling import profile_kernels, run_and_time
+from .record_choice import better_than_default
+from .relax_build import build, fuse, to_relax
+from .report import _mismatch, _task_row, latency_curve, plot_curve, report_markdown
+from .run_state import read_state, write_state
+
+
+def tune_model(
+    model,
+    *,
+    name: str,
+    target,
+    budget: str | float,
+    work_dir: str | Path,
+    trials_per_batch: int | None = None,
+    seed: int | None = None,
+    repeatable: bool = False,
+    strategy: str = "kb",
+    pipeline: str = "kb",
+    resume: bool = False,
+    builder=None,
+    runner=None,
+    experience=None,
+    on_event: Callable[[dict], None] | None = None,
+) -> dict:
+    """Tune every task of `model` (an onnx.ModelProto from `load_onnx`) within `budget`,
+    export `work_dir/model.so`, write `report.json`, `report.md` and `latency.png`, and return
+    the report. strategy "evolutionary" runs stock MetaSchedule instead (gradient task
+    scheduler and EvolutionarySearch, stopped at the same wall budget), for side-by-side runs.
+    seed, repeatable: see KBSearch's options of those names.
+    resume: continue an interrupted run in `work_dir` (kb only): its records stay, its seconds
+    count against the budget, and tasks it finished get no more. builder/runner: MetaSchedule's
+    (e.g. an RPCRunner); default local, kb's persistent ones or stock's as `pipeline` says.
+    experience: a kb_tvm.Experience to warm-start the tasks from and add their outcomes to (kb
+    only); None: cold."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from ..adapter import (
+        KBSearch,
+        KBTaskScheduler,
+        ProgressRecorder,
+        RecordDatabase,
+        TimeCappedSearch,
+    )
+    from ..tuning import PIPELINES, STRATEGIES, measurement_pipeline
+
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
+    if pipeline not in PIPELINES:  # before the untuned build and the profile, not after them
+        raise ValueError(f"unknown pipeline {pipeline!r}: use one of {', '.join(PIPELINES)}")
+    work_dir = Path(work_dir)
+    earlier = read_state(work_dir, name=name, resume=resume, strategy=strategy)
+    mod = fuse(to_relax(model), target)
+    tasks = ms.relax_integration.extract_tasks(mod, target)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    inputs = example_inputs(model)
+    notify = on_event or (lambda record: None)
+
+    untuned = build(mod, target)
+    untuned_outputs, untuned_latency = run_and_time(untuned, target, inputs)
+    default_latency = profile_kernels(untuned, target, tasks)
+    notify({"event": "untuned", "latency_ms": untuned_latency * 1e3})
+
+    import tvm.s_tir.tensor_intrin  # noqa: F401 - one-time registration, before the clock
+
+    tuning_budget = TuningBudget(budget, already_spent=earlier["spent_s"] if earlier else 0.0).start()
+    if earlier:
+        notify({"event": "resume", "spent_s": earlier["spent_s"], "tasks": len(earlier["tasks"])})
+    batches: list[dict] = list(earlier.get("batches", [])) if earlier else []
+
+    def save_state() -> None:
+        write_state(work_dir, name=name, budget=tuning_budget, tasks=scheduler.stats, batches=batches)
+
+    def emit(record: dict) -> None:  # every scheduler decision also saves the job's state
+        save_state()
+        notify(record)
+
+    def measured(point: dict) -> None:
+        batches.append({"seconds": tuning_budget.spent, "task": point["task"], "best_ms": point["batch_best_ms"]})
+
+    if strategy == "kb":
+        scheduler = KBTaskScheduler(budget=tuning_budget, on_event=emit, default_latency=default_latency,
+                                    earlier=[TaskStats(**t) for t in earlier["tasks"]] if earlier else None,
+                                    experience=experience)
+        search = KBSearch(budget=tuning_budget, seed=seed, repeatable=repeatable, experience=experience,
+                          log_dir=str(work_dir / "kb_logs"))
+        cost_model = "random"
+    else:
+        scheduler, search, cost_model = "gradient", TimeCappedSearch(budget=tuning_budget), "xgb"
+    is_cuda = target.kind.name == "cuda"
+    database = RecordDatabase(work_dir=work_dir)
+    recorder = ProgressRecorder(on_progress=measured)
+    with measurement_pipeline(target, pipeline, builder, runner) as (builder, runner), guard_metaschedule_logger():
+        ms.relax_integration.tune_relax(
+            mod, params={}, target=target, work_dir=str(work_dir), max_trials_global=1_000_000, database=database,
+            num_trials_per_iter=trials_per_batch or (64 if is_cuda else 16), cost_model=cost_model,
+            builder=builder, runner=runner, strategy=search, task_scheduler=scheduler, seed=seed,
+            measure_callbacks=ms.MeasureCallback.create("default") + [recorder],
+        )
+    database.compact()
+    stats = scheduler.stats if strategy == "kb" else []  # stock keeps no per-task seconds
+    seconds = tuning_budget.spent
+    if strategy == "kb":
+        save_state()
+    chosen, used_latency = better_than_default(database, tasks, target, default_latency)
+    executable = build(mod, target, chosen)
+    executable.export_library(str(work_dir / "model.so"))
+    tuned_outputs, tuned_latency = run_and_time(executable, target, inputs)
+    reference, reference_name = onnxruntime_outputs(model, inputs)
+    if reference is None:
+        reference, reference_name = untuned_outputs, "untuned TVM build"
+    mismatch = _mismatch(reference, tuned_outputs)
+
+    weights = {str(t.task_name): float(t.weight) for t in tasks}
+    curve = latency_curve(batches, weights, default_latency, untuned_latency)
+    plot_curve(work_dir / "latency.png", curve, tuned=(seconds, tuned_latency), title=f"{name} ({strategy})")
+    total = sum(weights[n] * default_latency[n] for n in weights) or 1.0
+    total_after = sum(weights[n] * used_latency[n] for n in weights) or 1.0
+    by_name = {t.name: t for t in stats}
+    report = {
+        "model": name, "target": str(target.export()), "pipeline": pipeline, "budget_s": tuning_budget.total,
+        "inputs": {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input
+                   if i.name not in {init.name for init in model.graph.initializer}},
+        "strategy": strategy, "seconds_spent": seconds,
+        "trials": recorder.trials, "schedules_measured": len(database),
+        "latency_untuned_ms": untuned_latency * 1e3, "latency_tuned_ms": tuned_latency * 1e3,
+        "speedup": untuned_latency / tuned_latency,
+        "numerics": {"checked_against": reference_name, "ok": mismatch is None, "mismatch": mismatch},
+        "library": str(work_dir / "model.so"), "records": str(work_dir / "database_tuning_record.json"),
+        "plot": str(work_dir / "latency.png"),
+        "curve": [{"seconds": round(s, 2), "estimated_ms": round(ms_ * 1e3, 5)} for s, ms_ in curve],
+        "tasks": [_task_row(n, weights[n], default_latency[n], used_latency[n], total, total_after,
+                             by_name.get(n))
+                  for n in sorted(weights, key=lambda n: -weights[n] * default_latency[n])],
+        "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    (work_dir / "report.json").write_text(json.dumps(report, indent=1))
+    (work_dir / "report.md").write_text(report_markdown(report))
+    return report

@@ -1,0 +1,46 @@
+"""Timing on the device: the whole model's latency, and each task's kernel alone (where
+the untuned model spends its time: what the task scheduler starts from)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def run_and_time(executable, target, inputs: list[np.ndarray], repeat: int = 10) -> tuple[list[np.ndarray], float]:
+    """Outputs and median latency (seconds) of the model's main function."""
+    import tvm
+    from tvm import relax
+
+    device = tvm.cuda(0) if target.kind.name == "cuda" else tvm.cpu(0)
+    vm = relax.VirtualMachine(executable, device)
+    args = [tvm.runtime.tensor(a, device) for a in inputs]
+    out = vm["main"](*args)
+    outputs = [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]
+    vm.set_input("main", *args)
+    timer = vm.time_evaluator("invoke_stateful", device, number=5, repeat=repeat, min_repeat_ms=50)
+    return outputs, float(np.median(timer("main").results))
+
+
+def profile_kernels(executable, target, tasks, repeat: int = 5) -> dict[str, float]:
+    """Seconds per call of each task's kernel as built in `executable` (timed alone, on random
+    inputs): where the model's time goes before tuning. The bottleneck analysis."""
+    import tvm
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    device = tvm.cuda(0) if target.kind.name == "cuda" else tvm.cpu(0)
+    library = executable.mod.imports[0]  # the compiled kernels, named as the tasks
+    rng = np.random.default_rng(0)
+    seconds = {}
+    for task in tasks:
+        func = next(iter(task.mod.functions.values()))
+        args = [tvm.runtime.tensor(_random_array([int(d) for d in info.shape], info.dtype, rng), device)
+                for info in ArgInfo.from_prim_func(func)]
+        timer = library.time_evaluator(str(task.task_name), device, number=10, repeat=repeat, min_repeat_ms=10)
+        seconds[str(task.task_name)] = float(np.median(timer(*args).results))
+    return seconds
+
+
+def _random_array(shape: list[int], dtype: str, rng) -> np.ndarray:
+    if "int" in dtype:  # indices (gather, embedding): 0 is valid for any table
+        return np.zeros(shape, dtype=dtype)
+    return rng.uniform(-1, 1, size=shape).astype(dtype)

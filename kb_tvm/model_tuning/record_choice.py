@@ -1,0 +1,31 @@
+"""Which schedule the final build uses per task: the best tuned record only where it beats
+the task's default schedule."""
+
+from __future__ import annotations
+
+
+def better_than_default(database, tasks, target, default_latency: dict[str, float]):
+    """A database holding each task's best record where it beats the task's default schedule;
+    where it does not (a short budget on a GPU, where TVM's defaults are good), the build keeps
+    the default. Returns (database, task name -> seconds of the schedule the build uses)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    chosen = ms.database.MemoryDatabase()
+    used = dict(default_latency)
+    for task in tasks:
+        name = str(task.task_name)
+        record = database.query_tuning_record(task.dispatched[0], target, name)
+        latency = None if record is None else _record_seconds(record)
+        if latency is None or latency >= default_latency[name]:
+            continue
+        used[name] = latency
+        workload = chosen.commit_workload(task.dispatched[0])
+        chosen.commit_tuning_record(ms.database.TuningRecord(
+            record.trace, workload, record.run_secs, record.target, record.args_info))
+    return chosen, used
+
+
+def _record_seconds(record) -> float | None:
+    secs = [float(s) for s in (record.run_secs or [])]
+    ok = [s for s in secs if s < 1e9]  # MetaSchedule marks failed runs with 1e10
+    return sum(ok) / len(ok) if ok else None

@@ -1,0 +1,96 @@
+"""What a run reports: the per-task rows, the estimated latency curve and its plot, the
+numerics check of the tuned build's outputs, and report.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+def _task_row(name, weight, default, after, total, total_after, stats) -> dict:
+    return {"task": name, "weight": weight, "share_of_model_time": weight * default / total,
+            "share_at_end": weight * after / total_after,
+            "seconds": stats.seconds if stats else None, "trials": stats.trials if stats else None,
+            "latency_before_ms": default * 1e3, "latency_after_ms": after * 1e3,
+            "schedule": "default" if after == default else "tuned",
+            "retired": stats.retired if stats else None, "revived": stats.revivals if stats else 0}
+
+
+def latency_curve(batches: list[dict], weights: dict[str, float], default_latency: dict[str, float],
+                  untuned_latency: float) -> list[tuple[float, float]]:
+    """End-to-end latency against seconds spent, estimated after every batch: the untuned
+    latency minus what the tasks' best latencies so far save (weight x (default - best))."""
+    current = dict(default_latency)
+    saved = 0.0
+    curve = [(0.0, untuned_latency)]
+    for batch in batches:
+        name, best = batch["task"], batch["best_ms"]
+        if best is not None and name in current and best * 1e-3 < current[name]:
+            saved += weights[name] * (current[name] - best * 1e-3)
+            current[name] = best * 1e-3
+        curve.append((batch["seconds"], untuned_latency - saved))
+    return curve
+
+
+def plot_curve(path: Path, curve: list[tuple[float, float]], *, tuned: tuple[float, float], title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.6), dpi=120)
+    ax.step([s for s, _ in curve], [v * 1e3 for _, v in curve], where="post",
+            label="estimated from the tasks' best latencies")
+    ax.plot([0.0], [curve[0][1] * 1e3], "o", color="gray", label="measured: untuned")
+    ax.plot([tuned[0]], [tuned[1] * 1e3], "o", color="tab:red", label="measured: tuned build")
+    ax.set_xlabel("seconds of budget spent")
+    ax.set_ylabel("end-to-end latency (ms)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+
+def _mismatch(expected: list[np.ndarray], actual: list[np.ndarray]) -> str | None:
+    for index, (want, got) in enumerate(zip(expected, actual)):
+        if want.shape != got.shape:
+            return f"output {index}: shape {got.shape} != {want.shape}"
+        if not np.allclose(got, want, rtol=1e-3, atol=1e-4):
+            worst = float(np.max(np.abs(got.astype(np.float64) - want)))
+            return f"output {index}: max abs difference {worst:.3g}"
+    return None
+
+
+def report_markdown(report: dict) -> str:
+    lines = [
+        f"# kb-tvm report: {report['model']}",
+        "",
+        f"- end-to-end latency: untuned {report['latency_untuned_ms']:.4f} ms -> tuned "
+        f"{report['latency_tuned_ms']:.4f} ms ({report['speedup']:.2f}x)",
+        f"- budget: {report['seconds_spent']:.0f} s spent of {report['budget_s']:.0f} s, {report['trials']} trials "
+        f"({report['strategy']})",
+        f"- numerics vs {report['numerics']['checked_against']}: "
+        + ("ok" if report["numerics"]["ok"] else f"**MISMATCH: {report['numerics']['mismatch']}**"),
+        f"- library: `{report['library']}`",
+        "",
+        "![end-to-end latency against seconds spent](latency.png)",
+        "",
+        "Latency before = the task's default schedule in the untuned build; after = the schedule the "
+        "tuned build uses (a tuned record only where it beats the default). Share of model time: "
+        "weight x latency over all tasks, untuned and at the end.",
+        "",
+        "| task | weight | share untuned | share at end | seconds | trials | before ms | after ms | schedule | retired |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for t in report["tasks"]:
+        seconds = "-" if t["seconds"] is None else f"{t['seconds']:.0f}"
+        trials = "-" if t["trials"] is None else str(t["trials"])
+        lines.append(f"| {t['task']} | {t['weight']:g} | {t['share_of_model_time']:.1%} | {t['share_at_end']:.1%} | "
+                     f"{seconds} | {trials} | "
+                     f"{t['latency_before_ms']:.4f} | {t['latency_after_ms']:.4f} | {t['schedule']} | "
+                     f"{t['retired'] or ''} |")
+    return "\n".join(lines) + "\n"
