@@ -4,6 +4,8 @@
 - `TimeCappedSearch`: stock MetaSchedule's search, stopped when a wall budget is spent;
   the baseline for side-by-side runs (`--strategy evolutionary`).
 - `ProgressRecorder`: a MeasureCallback that records best latency against seconds.
+- `CandidateRecorder`: a MeasureCallback that keeps every measured candidate as data (logic in
+  `measure/candidate_log.py`).
 - `KBTaskScheduler`: splits one wall-clock budget across a model's tasks (logic in
   `allocation.py`).
 - `KBBuilder`, `KBRunner`: the persistent build-and-measure path (logic in `measure/`); they
@@ -46,6 +48,13 @@ from . import allocation, warm_start
 from .budget import TuningBudget
 from .decision_log import DecisionLog
 from .experience import Experience
+from .measure.candidate_log import (
+    CandidateLog,
+    CandidateRow,
+    plain,
+    sketch_key,
+    summed_maxed,
+)
 from .measure.pipeline import BuildPool, Measurer
 from .measure.records import merged_seconds, record_latency
 from .measure.timing import TimingPolicy
@@ -264,6 +273,71 @@ class ProgressRecorder(PyMeasureCallback):
         self.curve.append(point)
         if self.on_progress is not None:
             self.on_progress(point)
+
+
+@derived_object
+class CandidateRecorder(PyMeasureCallback):
+    """Keeps every measured candidate as a row of a `CandidateLog` (logic in
+    `measure/candidate_log.py`): trace, sketch, features, latency or error, and the build and
+    run seconds that kb's builder and runner report (`builder`, `runner`: the tune's own;
+    stock's report none). `clock` gives the job's seconds (a TuningBudget's `spent`)."""
+
+    def __init__(self, *, log: CandidateLog, strategy: str, clock: Callable[[], float],
+                 builder=None, runner=None) -> None:
+        from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
+
+        self.log = log
+        self.strategy = strategy
+        self.clock = clock
+        self.builder = builder
+        self.runner = runner
+        self.features = PerStoreFeature()
+        self.batches = 0
+        self._workload_keys: dict[int, str] = {}
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
+        import tvm
+        from tvm_ffi import structural_hash
+
+        ctx = task_scheduler.tasks_[task_id].ctx
+        workload = self._workload_keys.get(int(task_id))
+        if workload is None:
+            workload = self._workload_keys[int(task_id)] = f"{structural_hash(ctx.mod) & (2**64 - 1):016x}"
+            self.log.append_workload(workload=workload, task=str(ctx.task_name), module_json=tvm.ir.save_json(ctx.mod))
+        built_in = _reported_outcomes(self.builder, len(measure_candidates))
+        ran_in = _reported_outcomes(self.runner, len(measure_candidates))
+        features = [f.numpy().tolist() for f in self.features.extract_from(ctx, measure_candidates)]
+        job_s, target = round(self.clock(), 3), json.dumps(plain(ctx.target.export()))
+        rows = []
+        for i, (cand, built, ran) in enumerate(zip(measure_candidates, builder_results, runner_results)):
+            trace = plain(cand.sch.trace.as_json(remove_postproc=True))
+            error = (f"build: {built.error_msg}" if built.error_msg is not None
+                     else f"run: {ran.error_msg}" if ran.error_msg is not None else None)
+            latency = None if error is not None or not ran.run_secs else [float(s) for s in ran.run_secs]
+            rows.append(CandidateRow(
+                task=str(ctx.task_name), workload=workload, target=target, sketch=sketch_key(trace), trace=trace,
+                latency_s=latency, error=None if error is None else error[:500],
+                build_s=_seconds(built_in[i]), run_s=_seconds(ran_in[i]), run_verdict=_verdict(ran_in[i]),
+                job_s=job_s, batch=self.batches,
+                features=summed_maxed(features[i]) if i < len(features) else None, strategy=self.strategy))
+        self.log.append(rows)
+        self.batches += 1
+
+
+def _reported_outcomes(part, count: int) -> list:
+    """Per-candidate Outcomes (seconds, value) of KBBuilder's / KBRunner's last batch; None
+    each for parts that report none (MetaSchedule's LocalBuilder, LocalRunner, RPCRunner)."""
+    outcomes = list(getattr(part, "last_batch", None) or [])
+    return outcomes if len(outcomes) == count else [None] * count
+
+
+def _seconds(outcome) -> float | None:
+    return None if outcome is None else round(outcome.seconds, 4)
+
+
+def _verdict(outcome) -> str | None:
+    value = None if outcome is None else outcome.value
+    return value.get("verdict") if isinstance(value, dict) else None
 
 
 @derived_object

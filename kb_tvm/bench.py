@@ -9,7 +9,7 @@ The runs go one after the other in one process, or with --side-by-side at the sa
 in its own process on its own GPU and an equal share of the CPU cores (two GPUs: kb on one, stock
 on the other, so neither sees a quieter machine). The JSON holds every anytime curve
 (best latency vs seconds), the re-timed best of each, and how long kb took to reach stock's
-final latency. It is rewritten after every batch, so a run cut short keeps what it measured.
+final latency; beside it, every measured candidate of each run (`*-candidates.jsonl.gz`). It is rewritten after every batch, so a run cut short keeps what it measured.
 """
 
 from __future__ import annotations
@@ -79,6 +79,7 @@ def summarize(runs: dict[str, dict], kb_run: str = "kb", stock_run: str = "evolu
 def main(workloads, budget, target, order, trials_per_batch, seed, side_by_side, cores, out) -> None:
     from kb_tvm.workloads import get_workload
 
+    from .measure.candidate_log import FILE_NAME, CandidateLog
     from .measure.targets import make_target
     from .tuning import PIPELINES, STRATEGIES, tune_operator
 
@@ -128,6 +129,10 @@ def main(workloads, budget, target, order, trials_per_batch, seed, side_by_side,
                     if logs:
                         log_copy = out_path.with_name(f"{out_path.stem}-{name}-{label.replace('@', '-')}-log.jsonl")
                         log_copy.write_text(logs[0].read_text())
+                candidates = CandidateLog(Path(work_dir, FILE_NAME))  # kept as data (the replay env's)
+                if candidates.path.exists():
+                    candidates.compress_to(
+                    out_path.with_name(f"{out_path.stem}-{name}-{label.replace('@', '-')}-candidates.jsonl.gz"))
             runs[label] = {**result.to_json(), "done": True}
             save()
             click.echo(f"{name} {label}: final {result.final_ms} ms, {result.trials} trials, "
@@ -154,6 +159,13 @@ def share_devices(runs: int, cpus: list[int], gpus: int | None) -> list[tuple[in
     return [(None if gpus is None else i, cpus[i * share:(i + 1) * share]) for i in range(runs)]
 
 
+def visible_gpu(index: int, visible: str | None) -> str:
+    """CUDA_VISIBLE_DEVICES for the run on GPU `index` of those this process sees (`visible`,
+    its own CUDA_VISIBLE_DEVICES: "2,3" makes index 0 the machine's GPU 2)."""
+    ids = [part.strip() for part in visible.split(",")] if visible else []
+    return ids[index] if index < len(ids) else str(index)
+
+
 def run_side_by_side(workloads, labels, target, report: dict, out_path: Path, common: list[str]) -> None:
     """Each run in its own process at the same time; their JSONs merged into `report`."""
     gpus = None
@@ -167,7 +179,7 @@ def run_side_by_side(workloads, labels, target, report: dict, out_path: Path, co
         part = out_path.with_name(f"{out_path.stem}-{label.replace('@', '-')}.json")
         env = dict(os.environ)
         if gpu is not None:
-            env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+            env["CUDA_VISIBLE_DEVICES"] = visible_gpu(gpu, os.environ.get("CUDA_VISIBLE_DEVICES"))
         command = [sys.executable, "-m", "kb_tvm.bench", "--runs", label, "--out", str(part),
                    "--cores", ",".join(map(str, cores)), *common]
         command += [arg for name in workloads for arg in ("--workload", name)]

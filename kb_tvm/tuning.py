@@ -129,7 +129,14 @@ def tune_operator(
     experience: a kb_tvm.Experience to warm-start from and add to (kb only); None: cold."""
     from tvm.s_tir import meta_schedule as ms
 
-    from .adapter import KBSearch, ProgressRecorder, RecordDatabase, TimeCappedSearch
+    from .adapter import (
+        CandidateRecorder,
+        KBSearch,
+        ProgressRecorder,
+        RecordDatabase,
+        TimeCappedSearch,
+    )
+    from .measure.candidate_log import FILE_NAME, CandidateLog
 
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
@@ -173,10 +180,12 @@ def tune_operator(
     tuning_budget.start()  # the rest of the job counts, MetaSchedule's own set-up included
     started = time.monotonic()
     with measurement_pipeline(target, pipeline, builder, runner) as (builder, runner), guard_metaschedule_logger():
+        kept = CandidateRecorder(log=CandidateLog(work_dir / FILE_NAME), strategy=strategy,
+                                 clock=lambda: tuning_budget.spent, builder=builder, runner=runner)
         ms.tune_tir(
             _named_module(workload), target, str(work_dir), max_trials_global=max_trials, database=database,
             num_trials_per_iter=trials_per_batch, builder=builder, runner=runner, cost_model=cost_model,
-            measure_callbacks=ms.MeasureCallback.create("default") + [recorder],
+            measure_callbacks=ms.MeasureCallback.create("default") + [recorder, kept],
             space=_space_for(workload, target), strategy=search, seed=seed,
             num_tuning_cores=cores,
         )

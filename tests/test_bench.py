@@ -35,6 +35,13 @@ def test_side_by_side_gives_each_run_its_own_gpu_and_an_equal_share_of_cores():
         share_devices(3, [0, 1], None)
 
 
+def test_side_by_side_runs_stay_on_the_gpus_this_process_was_given():
+    from kb_tvm.bench import visible_gpu
+
+    assert [visible_gpu(i, "2,3") for i in (0, 1)] == ["2", "3"]  # two pairs on a 4-GPU host
+    assert [visible_gpu(i, None) for i in (0, 1)] == ["0", "1"]
+
+
 @__import__("pytest").mark.tuning
 def test_side_by_side_runs_both_strategies_at_once_and_writes_one_summary(tmp_path):
     import json
@@ -63,3 +70,31 @@ def test_side_by_side_runs_both_strategies_at_once_and_writes_one_summary(tmp_pa
     assert summary["kb_vs_stock"] == runs["kb@kb"]["final_ms"] / runs["evolutionary@kb"]["final_ms"]
     # at the same time, not one after the other: less than two budgets plus their start-ups
     assert wall < sum(r["seconds"] for r in runs.values()) + 30
+    # every measured candidate of each run kept as data, with what it cost
+    from kb_tvm.measure.candidate_log import CandidateLog
+
+    for label, run in runs.items():
+        (path,) = tmp_path.glob(f"side-*-gemm-128-{label.replace('@', '-')}-candidates.jsonl.gz")
+        rows = list(CandidateLog.read(path))
+        assert len(rows) == run["trials"]
+        assert sum(r["latency_s"] is None for r in rows) == run["failed"]
+        assert all(r["build_s"] > 0 and r["features"] for r in rows)
+        assert all(r["run_s"] > 0 for r in rows if r["latency_s"] is not None)
+        assert {r["strategy"] for r in rows} == {label.split("@")[0]}
+        (workload,) = CandidateLog.read(path, kind="workload")
+        assert {r["workload"] for r in rows} == {workload["workload"]}
+    _replays(rows[0], workload)
+
+
+def _replays(row: dict, workload: dict) -> None:
+    """A kept trace, replayed on the kept module, gives the schedule that was measured."""
+    import tvm
+    from tvm.s_tir import Schedule
+    from tvm.s_tir.schedule import Trace
+
+    from kb_tvm.measure.candidate_log import plain
+
+    mod = tvm.ir.load_json(workload["module"])
+    sch = Schedule(mod)
+    Trace.apply_json_to_schedule(row["trace"], sch)
+    assert row["trace"][1] and plain(sch.trace.as_json(remove_postproc=True)) == row["trace"]

@@ -141,6 +141,12 @@ def test_tune_the_shipped_model_end_to_end(tmp_path):
     # records are TVM's own JSONDatabase files, one per schedule; the library loads and runs with stock TVM
     records = ms.database.JSONDatabase(work_dir=str(work_dir)).get_all_tuning_records()
     assert len(records) == len({str(r.trace) for r in records}) == report["schedules_measured"] <= report["trials"]
+    # every measured candidate kept as data, with the module of each task it belongs to
+    from kb_tvm.measure.candidate_log import CandidateLog
+
+    rows = list(CandidateLog.read(report["candidates"]))
+    assert len(rows) == report["trials"] and {r["task"] for r in rows} == {t["task"] for t in tasks if t["trials"]}
+    assert {w["task"] for w in CandidateLog.read(report["candidates"], kind="workload")} == {r["task"] for r in rows}
     vm = relax.VirtualMachine(tvm.runtime.load_module(str(work_dir / "model.so")), tvm.cpu())
     x = np.random.default_rng(0).uniform(-1, 1, (1, 32, 64)).astype("float32")
     out = vm["main"](tvm.runtime.tensor(x, tvm.cpu())).numpy()

@@ -50,12 +50,14 @@ def tune_model(
     from tvm.s_tir import meta_schedule as ms
 
     from ..adapter import (
+        CandidateRecorder,
         KBSearch,
         KBTaskScheduler,
         ProgressRecorder,
         RecordDatabase,
         TimeCappedSearch,
     )
+    from ..measure.candidate_log import FILE_NAME, CandidateLog
     from ..tuning import PIPELINES, STRATEGIES, measurement_pipeline
 
     if strategy not in STRATEGIES:
@@ -105,11 +107,13 @@ def tune_model(
     database = RecordDatabase(work_dir=work_dir)
     recorder = ProgressRecorder(on_progress=measured)
     with measurement_pipeline(target, pipeline, builder, runner) as (builder, runner), guard_metaschedule_logger():
+        kept = CandidateRecorder(log=CandidateLog(work_dir / FILE_NAME), strategy=strategy,
+                                 clock=lambda: tuning_budget.spent, builder=builder, runner=runner)
         ms.relax_integration.tune_relax(
             mod, params={}, target=target, work_dir=str(work_dir), max_trials_global=1_000_000, database=database,
             num_trials_per_iter=trials_per_batch or (64 if is_cuda else 16), cost_model=cost_model,
             builder=builder, runner=runner, strategy=search, task_scheduler=scheduler, seed=seed,
-            measure_callbacks=ms.MeasureCallback.create("default") + [recorder],
+            measure_callbacks=ms.MeasureCallback.create("default") + [recorder, kept],
         )
     database.compact()
     stats = scheduler.stats if strategy == "kb" else []  # stock keeps no per-task seconds
@@ -141,6 +145,7 @@ def tune_model(
         "speedup": untuned_latency / tuned_latency,
         "numerics": {"checked_against": reference_name, "ok": mismatch is None, "mismatch": mismatch},
         "library": str(work_dir / "model.so"), "records": str(work_dir / "database_tuning_record.json"),
+        "candidates": str(work_dir / FILE_NAME),
         "plot": str(work_dir / "latency.png"),
         "curve": [{"seconds": round(s, 2), "estimated_ms": round(ms_ * 1e3, 5)} for s, ms_ in curve],
         "tasks": [_task_row(n, weights[n], default_latency[n], used_latency[n], total, total_after,
