@@ -46,7 +46,7 @@ from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler
 
 from . import allocation, warm_start
 from .budget import TuningBudget
-from .decision_log import DecisionLog
+from .decision_log import DecisionLog, earlier_events
 from .experience import Experience
 from .measure.candidate_log import (
     CandidateLog,
@@ -155,6 +155,7 @@ class KBSearch(PySearchStrategy):
             def listener(record: dict) -> None:
                 on_event({**record, "task": task_name})
 
+        logged_before = earlier_events(log_dir, task_name)  # read before this run's log joins them
         log = DecisionLog.for_task(log_dir, task_name, listener)
         self.budget.start()
         options = self.options
@@ -183,6 +184,8 @@ class KBSearch(PySearchStrategy):
             earlier = [(r.trace, latency) for r in records if (latency := record_latency(r.run_secs)) is not None]
             if earlier:
                 self.task.start_from_records(earlier)
+        if logged_before:
+            self.task.resume_from_log(logged_before)
 
     def post_tuning(self) -> None:
         task = self.task

@@ -35,7 +35,7 @@ class DecisionLog:
 
     @staticmethod
     def for_task(log_dir: str | Path, task_name: str, listener: Callable[[dict], None] | None = None) -> DecisionLog:
-        stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", task_name) or "task"
+        stem = _stem(task_name)
         path = Path(log_dir) / f"{stem}.jsonl"
         index = 1
         while path.exists():  # a second task of the same name, or a second run: never mix logs
@@ -52,5 +52,25 @@ class DecisionLog:
             self.listener(record)
 
 
+def _stem(task_name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", task_name) or "task"
+
+
 def read_log(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def earlier_events(log_dir: str | Path, task_name: str) -> list[dict]:
+    """Every event that earlier runs in `log_dir` logged for `task_name`, oldest run first (a
+    line torn by a kill is skipped): what a resumed search rebuilds its state from."""
+    name = re.compile(rf"{re.escape(_stem(task_name))}(?:\.(\d+))?\.jsonl")
+    runs = sorted((int(m.group(1) or 1), path) for path in Path(log_dir).glob("*.jsonl")
+                  if (m := name.fullmatch(path.name)))
+    events = []
+    for _, path in runs:
+        for line in path.read_text().splitlines():
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return events

@@ -67,6 +67,34 @@ def test_the_coarse_phase_ends_when_regions_are_measured_or_its_budget_share_is_
     assert plan.coarse_done(pool)
 
 
+def test_a_resumed_search_does_not_redo_the_coarse_phase_of_an_earlier_run():
+    rows = [{"origin": "sample", "regions": ["s0/a"], "measured_ms": 2.0},
+            {"origin": "sample", "regions": ["s0/a"], "measured_ms": None, "error": "build: x"},
+            {"origin": "remeasure", "regions": ["s0/a"], "measured_ms": 1.0},  # not a region trial
+            {"origin": "sample", "regions": ["s0/b"], "measured_ms": 3.0}]
+    pool = [Item(("s0/a",)), Item(("s0/b",)), Item(("s0/c",))]
+    # the earlier run had measured a and b but was killed before it ranked the regions:
+    # only c, which it never measured, still needs coarse batches
+    plan, _ = _planner(coarse_trials_per_region=2)
+    plan.restore(rows, coarse_finished=False)
+    plan.count_samples(pool, [])
+    assert (plan.regions["s0/a"].trials, plan.regions["s0/a"].failures) == (2, 1)
+    assert plan.regions["s0/a"].best_log_latency == math.log(2e-3)
+    assert not plan.coarse_done(pool)
+    batch, _ = plan.pick_coarse(pool, [], 2)
+    assert batch[0] is pool[2]  # c first: a is done, b has one of two trials
+    # ...and it had ranked them: the coarse phase is over before this run measures anything
+    plan, _ = _planner(coarse_trials_per_region=2)
+    plan.restore(rows, coarse_finished=True, cost={"per_candidate_s": 0.3, "per_batch_s": 4.0, "per_run_second": 2.0})
+    plan.count_samples(pool, [])
+    assert plan.coarse_done(pool) and plan.batches == 0
+    assert (plan.cost.per_candidate, plan.cost.per_batch) == (0.3, 4.0)  # what measuring cost before
+    # a fresh search still waits for its first batch
+    plan, _ = _planner(coarse_trials_per_region=2)
+    plan.count_samples(pool, [])
+    assert not plan.coarse_done(pool)
+
+
 def test_regions_kept_are_the_best_measured_and_failures_count_against_them():
     plan, _ = _planner(keep_regions=1)
     fast, slow = Item(("s0/fast",), [1e-3]), Item(("s0/slow",), [4e-3])

@@ -191,10 +191,11 @@ def test_resume_after_kill_keeps_records_budget_and_finished_tasks(tmp_path):
     state_path = work_dir / "kb_state.json"
     deadline = time.monotonic() + 240
     state = None
-    while time.monotonic() < deadline:  # wait until two tasks have a measured batch
+    while time.monotonic() < deadline:  # wait until two tasks have a measured batch, one of them two
         if state_path.exists():
             state = json.loads(state_path.read_text())
-            if sum(1 for t in state["tasks"] if t["batch_seconds"]) >= 2:
+            measured = [len(t["batch_seconds"]) for t in state["tasks"] if t["batch_seconds"]]
+            if len(measured) >= 2 and max(measured) >= 2:
                 break
         time.sleep(0.5)
     os.kill(first.pid, signal.SIGKILL)
@@ -205,6 +206,7 @@ def test_resume_after_kill_keeps_records_budget_and_finished_tasks(tmp_path):
     schedules_before = {str(r.trace) for r in ms.database.JSONDatabase(work_dir=str(work_dir)).get_all_tuning_records()}
     assert schedules_before
 
+    second_started = time.time()
     second = subprocess.run(command + ["--resume"], capture_output=True, text=True, timeout=600)
     assert second.returncode == 0, second.stderr[-3000:]
     assert "resuming:" in second.stdout
@@ -217,4 +219,21 @@ def test_resume_after_kill_keeps_records_budget_and_finished_tasks(tmp_path):
         assert tasks[name]["seconds"] >= before["seconds"] and tasks[name]["trials"] >= before["trials"]
     schedules_after = {str(r.trace) for r in ms.database.JSONDatabase(work_dir=str(work_dir)).get_all_tuning_records()}
     assert schedules_before <= schedules_after  # nothing measured was lost
+    # each resumed task goes on from its earlier run's regions: one whose coarse phase had
+    # finished does not measure it again
+    from kb_tvm.decision_log import earlier_events
+
+    finished_coarse = 0
+    for name in done_before:
+        runs = [work_dir / "kb_logs" / f"{name}.jsonl", work_dir / "kb_logs" / f"{name}.2.jsonl"]
+        assert all(run.exists() for run in runs) and not (work_dir / "kb_logs" / f"{name}.3.jsonl").exists()
+        before = [e for e in earlier_events(work_dir / "kb_logs", name) if e["time"] < second_started]
+        resumed = [json.loads(line) for line in runs[1].read_text().splitlines()]
+        (restored,) = [e for e in resumed if e["event"] == "resumed"]
+        assert restored["earlier_trials"] == sum(len(e["candidates"]) for e in before if e["event"] == "batch") > 0
+        if any(e["event"] == "regions" for e in before):
+            finished_coarse += 1
+            assert restored["coarse_finished_before"]
+            assert all(e["phase"] != "coarse" for e in resumed if e["event"] == "batch")
+    assert finished_coarse >= 1
     assert report["numerics"]["ok"]

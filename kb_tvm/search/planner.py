@@ -38,6 +38,8 @@ class Planner:
         self.batches = 0
         self.low_gain_rounds = 0
         self.stop_reason: str | None = None
+        self.restored = False  # region statistics of an earlier run of this task were restored
+        self.coarse_finished_before = False  # ... and that run had ranked its regions
         # a task may start late in a budget shared without a task clock (a TaskClock starts at 0)
         self.fraction_at_start = budget.fraction_used
 
@@ -84,12 +86,33 @@ class Planner:
                 stats.sampled += 1
                 stats.measured_log_latencies.append(math.log(cand.latency))
 
+    def restore(self, rows: list[dict], *, coarse_finished: bool, cost: dict | None = None) -> None:
+        """An earlier run's measurements of this task (decision-log rows: "regions", and
+        "measured_ms" or None for a failure; re-measures aside), so that a resumed search does
+        not measure its regions again; `coarse_finished`: that run had ranked its regions, and
+        the coarse phase is not redone. `cost`: its last measurement-cost estimate."""
+        for row in rows:
+            if row.get("origin") == "remeasure":
+                continue
+            for name in row.get("regions") or ():
+                stats = self.regions.setdefault(name, decisions.RegionStats(name))
+                if row.get("measured_ms") is None:
+                    stats.failures += 1
+                else:
+                    stats.measured_log_latencies.append(math.log(row["measured_ms"] * 1e-3))
+        self.restored = bool(rows)
+        self.coarse_finished_before = coarse_finished
+        if cost:
+            self.cost = decisions.MeasurementCost(cost["per_candidate_s"], per_batch=cost["per_batch_s"],
+                                                  per_run_second=cost["per_run_second"])
+
     def coarse_done(self, pool: list) -> bool:
         """Every region measured enough, or no unmeasured sample left, or the coarse phase
-        had its share of the budget; never before one batch (regions rank on measurements)."""
-        if not pool:
+        had its share of the budget, or an earlier run of the task finished it; never before
+        one batch of this run or an earlier one (regions rank on measurements)."""
+        if not pool or self.coarse_finished_before:
             return True
-        if not self.batches:
+        if not self.batches and not self.restored:
             return False
         if self.budget.fraction_used - self.fraction_at_start >= self.opt.coarse_max_fraction:
             return True

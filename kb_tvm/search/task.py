@@ -166,7 +166,8 @@ class TaskSearch:
         self.pinned += self.factory.known_good()
         self._borrow()
         self.factory.extract_features(self.pool + self.pinned)
-        self.plan.count_samples(self.pool + self.pinned, self.measured)
+        # measurements restored from an earlier run's log already hold the records' latencies
+        self.plan.count_samples(self.pool + self.pinned, [] if self.plan.restored else self.measured)
         self.log.write(
             "coarse-sampled", design_spaces=len(self.factory.spaces), templates=[t.name for t in self.factory.templates],
             valid=len(self.pool), known_good=[c.origin for c in self.pinned if c.origin == "dlight"],
@@ -206,6 +207,19 @@ class TaskSearch:
         self.log.write("from-database", offered=len(records), same_sketch=same_sketch, applied=len(self.measured),
                        best_ms=self.best.latency * 1e3 if self.best else None)
         return len(self.measured)
+
+    def resume_from_log(self, events: list[dict]) -> None:
+        """Continue where earlier runs of this task stopped (`events`: their decision logs):
+        their measurements per region, whether their coarse phase had finished, and what a
+        measurement cost them. The best records themselves come from `start_from_records`."""
+        rows = [row for e in events if e.get("event") == "batch" for row in e.get("candidates") or ()]
+        finished = any(e.get("event") == "regions" for e in events)
+        cost = next((e["cost_model"] for e in reversed(events) if e.get("event") == "batch" and e.get("cost_model")),
+                    None)
+        self.plan.restore(rows, coarse_finished=finished, cost=cost)
+        self.log.write("resumed", earlier_trials=len(rows), coarse_finished_before=finished,
+                       regions={name: {"trials": s.trials, "failed": s.failures}
+                                for name, s in self.plan.regions.items()})
 
     # ------------------------------------------------------------ model
     def rank_keys(self, cands: list[Candidate]) -> np.ndarray:
