@@ -195,11 +195,14 @@ def _writable_dir(work_dir: Path) -> None:
 @_pipeline_option
 @click.option("--resume", is_flag=True, help="Continue an interrupted run in --work-dir: its records stay, "
               "its seconds count, finished tasks get no more.")
+@click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), default="fp32", show_default=True,
+              help="Matmuls and convolutions in fp16 or bf16 with fp32 accumulation (tensor cores on CUDA); "
+              "numerics checked against onnxruntime fp32 within a tolerance per precision.")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=DIMS",
               help="Pin an input's dynamic axes, e.g. input_ids=1x128 (repeat for each input).")
 @_experience_options
 def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, repeatable, strategy, pipeline,
-                       resume, input_shapes, experience_dir, no_experience) -> None:
+                       resume, precision, input_shapes, experience_dir, no_experience) -> None:
     """Tune an ONNX model within a wall-clock budget; export a library and a report."""
     _check_repeatable(repeatable, seed, strategy)
     from .measure.targets import describe, make_target
@@ -218,12 +221,12 @@ def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, 
         onnx_model = load_onnx(model, dict(parse_input_shape(text) for text in input_shapes))
         to_relax(onnx_model)
         tvm_target = make_target(target)
-        read_state(work_dir, name=str(model), resume=resume, strategy=strategy)
+        read_state(work_dir, name=str(model), resume=resume, strategy=strategy, precision=precision)
     except ValueError as err:  # ModelError included
         _fail(str(err))
     _writable_dir(work_dir)
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)  # progress lines instead
-    click.echo(f"tuning {model} on {describe(tvm_target)} ({pipeline} pipeline), "
+    click.echo(f"tuning {model} in {precision} on {describe(tvm_target)} ({pipeline} pipeline), "
                f"budget {format_seconds(parse_budget(budget))}, work dir {work_dir}")
 
     def show(record: dict) -> None:
@@ -242,7 +245,7 @@ def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, 
     try:
         report = tune_model(onnx_model, name=str(model), target=tvm_target, budget=budget, work_dir=work_dir,
                             trials_per_batch=trials_per_batch, seed=seed, repeatable=repeatable, strategy=strategy,
-                            pipeline=pipeline,
+                            pipeline=pipeline, precision=precision,
                             resume=resume, experience=experience, on_event=show)
     except ModelError as err:
         _fail(str(err))

@@ -12,10 +12,18 @@ from ..allocation import TaskStats
 from ..budget import TuningBudget
 from ..logger_guard import guard_metaschedule_logger
 from .onnx_input import example_inputs, onnxruntime_outputs
+from .precision import (
+    TOLERANCES,
+    check_precision,
+    lower_precision,
+    max_abs_error,
+    mismatch,
+    model_space,
+)
 from .profiling import profile_kernels, run_and_time
 from .record_choice import better_than_default
 from .relax_build import build, fuse, to_relax
-from .report import _mismatch, _task_row, latency_curve, plot_curve, report_markdown
+from .report import _task_row, latency_curve, plot_curve, report_markdown
 from .run_state import read_state, write_state
 
 
@@ -32,6 +40,7 @@ def tune_model(
     strategy: str = "kb",
     pipeline: str = "kb",
     resume: bool = False,
+    precision: str = "fp32",
     builder=None,
     runner=None,
     experience=None,
@@ -65,8 +74,9 @@ def tune_model(
     if pipeline not in PIPELINES:  # before the untuned build and the profile, not after them
         raise ValueError(f"unknown pipeline {pipeline!r}: use one of {', '.join(PIPELINES)}")
     work_dir = Path(work_dir)
-    earlier = read_state(work_dir, name=name, resume=resume, strategy=strategy)
-    mod = fuse(to_relax(model), target)
+    check_precision(precision)
+    earlier = read_state(work_dir, name=name, resume=resume, strategy=strategy, precision=precision)
+    mod = fuse(lower_precision(to_relax(model), precision), target)
     tasks = ms.relax_integration.extract_tasks(mod, target)
     work_dir.mkdir(parents=True, exist_ok=True)
     inputs = example_inputs(model)
@@ -85,7 +95,7 @@ def tune_model(
     batches: list[dict] = list(earlier.get("batches", [])) if earlier else []
 
     def save_state() -> None:
-        write_state(work_dir, name=name, budget=tuning_budget, tasks=scheduler.stats, batches=batches)
+        write_state(work_dir, name=name, precision=precision, budget=tuning_budget, tasks=scheduler.stats, batches=batches)
 
     def emit(record: dict) -> None:  # every scheduler decision also saves the job's state
         save_state()
@@ -113,6 +123,7 @@ def tune_model(
             mod, params={}, target=target, work_dir=str(work_dir), max_trials_global=1_000_000, database=database,
             num_trials_per_iter=trials_per_batch or (64 if is_cuda else 16), cost_model=cost_model,
             builder=builder, runner=runner, strategy=search, task_scheduler=scheduler, seed=seed,
+            space=model_space(target, precision),
             measure_callbacks=ms.MeasureCallback.create("default") + [recorder, kept],
         )
     database.compact()
@@ -127,7 +138,8 @@ def tune_model(
     reference, reference_name = onnxruntime_outputs(model, inputs)
     if reference is None:
         reference, reference_name = untuned_outputs, "untuned TVM build"
-    mismatch = _mismatch(reference, tuned_outputs)
+    tolerance = TOLERANCES[precision]
+    why_not = mismatch(reference, tuned_outputs, tolerance)
 
     weights = {str(t.task_name): float(t.weight) for t in tasks}
     curve = latency_curve(batches, weights, default_latency, untuned_latency)
@@ -143,7 +155,9 @@ def tune_model(
         "trials": recorder.trials, "schedules_measured": len(database),
         "latency_untuned_ms": untuned_latency * 1e3, "latency_tuned_ms": tuned_latency * 1e3,
         "speedup": untuned_latency / tuned_latency,
-        "numerics": {"checked_against": reference_name, "ok": mismatch is None, "mismatch": mismatch},
+        "precision": precision,
+        "numerics": {"checked_against": reference_name, "ok": why_not is None, "mismatch": why_not,
+                     "max_abs_error": max_abs_error(reference, tuned_outputs), "tolerance": tolerance.to_json()},
         "library": str(work_dir / "model.so"), "records": str(work_dir / "database_tuning_record.json"),
         "candidates": str(work_dir / FILE_NAME),
         "plot": str(work_dir / "latency.png"),

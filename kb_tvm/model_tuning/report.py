@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
 
 def _task_row(name, weight, default, after, total, total_after, stats) -> dict:
     return {"task": name, "weight": weight, "share_of_model_time": weight * default / total,
@@ -55,14 +53,13 @@ def plot_curve(path: Path, curve: list[tuple[float, float]], *, tuned: tuple[flo
 
 
 
-def _mismatch(expected: list[np.ndarray], actual: list[np.ndarray]) -> str | None:
-    for index, (want, got) in enumerate(zip(expected, actual)):
-        if want.shape != got.shape:
-            return f"output {index}: shape {got.shape} != {want.shape}"
-        if not np.allclose(got, want, rtol=1e-3, atol=1e-4):
-            worst = float(np.max(np.abs(got.astype(np.float64) - want)))
-            return f"output {index}: max abs difference {worst:.3g}"
-    return None
+def _tolerance_text(numerics: dict) -> str:
+    tolerance, error = numerics.get("tolerance"), numerics.get("max_abs_error")
+    if not tolerance:
+        return ""
+    measured = "" if error is None else f"max abs error {error:.3g}; "
+    return (f" ({measured}allowed: {tolerance['rtol']:g} x |reference| + max({tolerance['atol_floor']:g}, "
+            f"{tolerance['atol_of_scale']:g} x max |reference|))")
 
 
 def report_markdown(report: dict) -> str:
@@ -73,8 +70,10 @@ def report_markdown(report: dict) -> str:
         f"{report['latency_tuned_ms']:.4f} ms ({report['speedup']:.2f}x)",
         f"- budget: {report['seconds_spent']:.0f} s spent of {report['budget_s']:.0f} s, {report['trials']} trials "
         f"({report['strategy']})",
+        f"- precision: {report.get('precision', 'fp32')} (matmuls and convolutions; fp32 accumulation)",
         f"- numerics vs {report['numerics']['checked_against']}: "
-        + ("ok" if report["numerics"]["ok"] else f"**MISMATCH: {report['numerics']['mismatch']}**"),
+        + ("ok" if report["numerics"]["ok"] else f"**MISMATCH: {report['numerics']['mismatch']}**")
+        + _tolerance_text(report["numerics"]),
         f"- library: `{report['library']}`",
         "",
         "![end-to-end latency against seconds spent](latency.png)",

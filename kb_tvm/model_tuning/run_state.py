@@ -15,18 +15,18 @@ STATE_FILE = "kb_state.json"
 _DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
 
 
-def write_state(work_dir: Path, *, name: str, budget: TuningBudget, tasks: list[TaskStats],
+def write_state(work_dir: Path, *, name: str, precision: str, budget: TuningBudget, tasks: list[TaskStats],
                 batches: list[dict]) -> None:
     """The job's state after each scheduler decision; written whole and renamed, so a kill
     at any moment leaves either the old or the new file."""
-    state = {"schema": 1, "model": name, "budget_s": budget.total, "spent_s": budget.spent,
+    state = {"schema": 1, "model": name, "precision": precision, "budget_s": budget.total, "spent_s": budget.spent,
              "tasks": [vars(t) for t in tasks], "batches": batches}
     partial = work_dir / (STATE_FILE + ".partial")
     partial.write_text(json.dumps(state))
     os.replace(partial, work_dir / STATE_FILE)
 
 
-def read_state(work_dir: Path, *, name: str, resume: bool, strategy: str) -> dict | None:
+def read_state(work_dir: Path, *, name: str, resume: bool, strategy: str, precision: str = "fp32") -> dict | None:
     """The interrupted run to resume, or None for a new job; one-line errors otherwise."""
     path = work_dir / STATE_FILE
     if not resume:
@@ -44,6 +44,8 @@ def read_state(work_dir: Path, *, name: str, resume: bool, strategy: str) -> dic
         raise ModelError(f"{path} is damaged; start a new run in another --work-dir") from None
     if state.get("model") != name:
         raise ModelError(f"{work_dir} holds a run of {state.get('model')}, not {name}")
+    if state.get("precision", "fp32") != precision:  # other precisions are other kernels
+        raise ModelError(f"{work_dir} holds a --precision {state.get('precision', 'fp32')} run, not {precision}")
     for file_name in _DATABASE_FILES:  # a kill mid-write can leave a torn last record
         _drop_torn_tail(work_dir / file_name)
     return state

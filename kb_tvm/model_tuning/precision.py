@@ -1,0 +1,115 @@
+"""The precision a model is tuned and deployed in. fp16 and bf16 feed the model's matmuls and
+convolutions half-precision inputs and keep fp32 accumulators and outputs (Relax's
+ToMixedPrecision; bf16 rewrites its fp16 casts, as Relax has no bf16 variant); weights are cast
+once, at build time. On CUDA those tasks tune in kb's tensor-core space. The numerics check
+against onnxruntime's fp32 outputs uses a tolerance per precision, stated in the report."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+PRECISIONS = ("fp32", "fp16", "bf16")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """|tuned - reference| <= atol + rtol * |reference|, elementwise, where atol is
+    `atol_of_scale` times the reference's largest magnitude (half-precision errors scale with
+    the values) but at least `atol_floor`."""
+
+    rtol: float
+    atol_of_scale: float
+    atol_floor: float
+
+    def atol(self, reference: np.ndarray) -> float:
+        scale = float(np.max(np.abs(reference))) if reference.size else 0.0
+        return max(self.atol_floor, self.atol_of_scale * scale)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+# fp16 keeps 11 significant bits, bf16 8; products accumulate in fp32 either way
+TOLERANCES = {
+    "fp32": Tolerance(rtol=1e-3, atol_of_scale=0.0, atol_floor=1e-4),
+    "fp16": Tolerance(rtol=1e-2, atol_of_scale=1e-2, atol_floor=1e-4),
+    "bf16": Tolerance(rtol=4e-2, atol_of_scale=4e-2, atol_floor=1e-4),
+}
+
+
+def check_precision(precision: str) -> str:
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r}: use one of {', '.join(PRECISIONS)}")
+    return precision
+
+
+def lower_precision(mod, precision: str):
+    """The Relax module with its matmuls and convolutions in `precision` (fp32: unchanged)."""
+    import tvm
+    from tvm import relax
+
+    if check_precision(precision) == "fp32":
+        return mod
+    passes = [relax.transform.ConvertToDataflow(), relax.transform.ToMixedPrecision(out_dtype="float32")]
+    if precision == "bf16":
+        passes.append(_fp16_casts_to_bf16())
+    passes.append(relax.transform.FoldConstant())  # the weights' casts, done once
+    return tvm.transform.Sequential(passes)(mod)
+
+
+def _fp16_casts_to_bf16():
+    import tvm
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    astype = tvm.ir.Op.get("relax.astype")
+
+    @mutator
+    class CastsToBf16(PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if call.op.same_as(astype) and str(call.attrs.dtype) == "float16":
+                return relax.op.astype(call.args[0], "bfloat16")
+            return call
+
+    @tvm.transform.module_pass(opt_level=0, name="FP16CastsToBF16")
+    def casts_to_bf16(mod, _ctx):
+        rewrite = CastsToBf16()
+        for gvar, func in list(mod.functions.items()):
+            if isinstance(func, relax.Function):
+                mod[gvar] = rewrite.visit_expr(func)
+        return mod
+
+    return casts_to_bf16
+
+
+def model_space(target, precision: str):
+    """The design space of every task: on CUDA in half precision, kb's tensor-core space
+    (WMMA sketches where a task's matmul qualifies, MetaSchedule's CUDA sketches elsewhere);
+    else MetaSchedule's default."""
+    if target.kind.name == "cuda" and check_precision(precision) != "fp32":
+        from ..adapter import TensorCoreSpace
+
+        return TensorCoreSpace()
+    return "post-order-apply"
+
+
+def mismatch(expected: list[np.ndarray], actual: list[np.ndarray], tolerance: Tolerance) -> str | None:
+    """Why `actual` is not `expected` within `tolerance`, or None."""
+    for index, (want, got) in enumerate(zip(expected, actual)):
+        if want.shape != got.shape:
+            return f"output {index}: shape {got.shape} != {want.shape}"
+        got64, want64 = got.astype(np.float64), want.astype(np.float64)
+        if not np.allclose(got64, want64, rtol=tolerance.rtol, atol=tolerance.atol(want64)):
+            worst = float(np.max(np.abs(got64 - want64)))
+            return f"output {index}: max abs difference {worst:.3g} (allowed {tolerance.atol(want64):.3g} + " \
+                   f"{tolerance.rtol:g} x |reference|)"
+    return None
+
+
+def max_abs_error(expected: list[np.ndarray], actual: list[np.ndarray]) -> float | None:
+    errors = [float(np.max(np.abs(g.astype(np.float64) - w.astype(np.float64))))
+              for w, g in zip(expected, actual) if w.shape == g.shape and w.size]
+    return max(errors) if errors else None

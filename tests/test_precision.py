@@ -1,0 +1,127 @@
+"""`kb-tvm tune --precision`: half-precision matmuls with fp32 accumulation, checked against
+onnxruntime's fp32 outputs within a tolerance per precision."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+SHIPPED = Path(__file__).resolve().parent.parent / "workloads" / "transformer_block.onnx"
+
+
+def _matmul_dtypes(mod) -> set[str]:
+    """The input dtypes of the model's matmuls after the precision pass, read off its script."""
+    import re
+
+    binding = re.compile(r'^\s*(\w+): R\.Tensor\(.*dtype="(\w+)"\) = (.*)$')
+    dtypes, seen = {}, set()
+    for line in mod["main"].script().splitlines():
+        if line.lstrip().startswith("def main("):
+            dtypes.update(re.findall(r'(\w+): R\.Tensor\([^)]*\), dtype="(\w+)"\)', line))
+        match = binding.match(line)
+        if not match:
+            continue
+        name, dtype, value = match.groups()
+        dtypes[name] = dtype
+        if value.startswith("R.matmul("):
+            assert dtype == "float32"  # fp32 accumulation and output
+            seen.add(dtypes.get(value[len("R.matmul("):].split(",")[0], "?"))
+    return seen
+
+
+@pytest.mark.parametrize("precision,dtype", [("fp16", "float16"), ("bf16", "bfloat16"), ("fp32", "float32")])
+def test_each_precision_builds_and_stays_within_its_tolerance_of_onnxruntime(precision, dtype):
+    """On llvm (TVM computes fp16 and bf16 there too), untuned: the precision pass alone."""
+    from kb_tvm.measure.targets import make_target
+    from kb_tvm.model_tuning import (
+        TOLERANCES,
+        build,
+        example_inputs,
+        fuse,
+        load_onnx,
+        lower_precision,
+        onnxruntime_outputs,
+        run_and_time,
+        to_relax,
+    )
+    from kb_tvm.model_tuning.precision import max_abs_error, mismatch
+
+    model = load_onnx(SHIPPED)
+    mod = lower_precision(to_relax(model), precision)
+    assert _matmul_dtypes(mod) == {dtype}
+    target = make_target("llvm")
+    inputs = example_inputs(model)
+    outputs, _ = run_and_time(build(fuse(mod, target), target), target, inputs, repeat=1)
+    reference, _ = onnxruntime_outputs(model, inputs)
+    assert mismatch(reference, outputs, TOLERANCES[precision]) is None
+    error = max_abs_error(reference, outputs)
+    if precision != "fp32":  # half precision really changed the numbers; fp32 did not
+        assert error > 1e-4
+        assert mismatch(reference, outputs, TOLERANCES["fp32"]) is not None
+    else:
+        assert error < 1e-4
+
+
+def test_tolerances_scale_with_the_outputs_and_loosen_with_fewer_bits():
+    from kb_tvm.model_tuning.precision import TOLERANCES, mismatch
+
+    want = [np.array([100.0, -50.0, 0.0])]
+    fp16 = TOLERANCES["fp16"]
+    assert fp16.atol(want[0]) == pytest.approx(1.0)  # 1% of the largest magnitude
+    assert mismatch(want, [want[0] + 0.9], fp16) is None
+    assert "max abs difference 3" in mismatch(want, [want[0] + 3.0], fp16)
+    assert mismatch(want, [want[0] + 3.0], TOLERANCES["bf16"]) is None
+    assert "shape" in mismatch(want, [want[0][:2]], fp16)
+
+
+def test_half_precision_tasks_get_the_tensor_core_space_on_cuda():
+    """No GPU needed: the CUDA design spaces of the fp16 model's tasks are made on the CPU."""
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from kb_tvm.bench_yield import H200
+    from kb_tvm.model_tuning import fuse, load_onnx, lower_precision, to_relax
+    from kb_tvm.model_tuning.precision import model_space
+
+    target = tvm.target.Target(H200)
+    assert model_space(target, "fp32") == "post-order-apply"
+    mod = fuse(lower_precision(to_relax(load_onnx(SHIPPED)), "fp16"), target)
+    tasks = {str(t.task_name): t for t in ms.relax_integration.extract_tasks(mod, target)}
+    kinds = {}
+    for name in ("fused_matmul_cast_add", "layer_norm"):
+        ctx = ms.TuneContext(mod=tasks[name].dispatched[0], target=target, space_generator=model_space(target, "fp16"),
+                             task_name=name)
+        kinds[name] = ["wmma" in str(space.trace) for space in ctx.generate_design_space()]
+    assert kinds["fused_matmul_cast_add"] and all(kinds["fused_matmul_cast_add"])  # tensor cores only
+    assert kinds["layer_norm"] and not any(kinds["layer_norm"])  # CUDA cores, each sketch once
+
+
+@pytest.mark.tuning
+def test_tune_in_fp16_reports_precision_and_tolerance(tmp_path):
+    work_dir = tmp_path / "work"
+    run = subprocess.run(
+        [sys.executable, "-m", "kb_tvm.cli", "tune", str(SHIPPED), "--budget", "15s", "--target", "llvm",
+         "--precision", "fp16", "--work-dir", str(work_dir), "--seed", "1"],
+        capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "in fp16" in run.stdout
+    report = json.loads((work_dir / "report.json").read_text())
+    assert report["precision"] == "fp16" and report["trials"] > 0
+    numerics = report["numerics"]
+    assert numerics["ok"] and numerics["checked_against"].startswith("onnxruntime")
+    assert 0 < numerics["max_abs_error"] and numerics["tolerance"]["rtol"] == 1e-2
+    assert "precision: fp16" in (work_dir / "report.md").read_text()
+    # the tuned kernels are the half-precision ones
+    from kb_tvm.measure.candidate_log import CandidateLog
+
+    tuned = list(CandidateLog.read(report["candidates"], kind="workload"))
+    assert tuned and any('"float16"' in w["module"] for w in tuned)
+    # resuming needs the same precision: other precisions are other kernels
+    again = subprocess.run(
+        [sys.executable, "-m", "kb_tvm.cli", "tune", str(SHIPPED), "--target", "llvm", "--precision", "bf16",
+         "--work-dir", str(work_dir), "--resume"], capture_output=True, text=True, timeout=300, check=False)
+    assert again.returncode != 0 and "holds a --precision fp16 run, not bf16" in again.stderr + again.stdout
