@@ -40,10 +40,10 @@ def test_each_precision_builds_and_stays_within_its_tolerance_of_onnxruntime(pre
         TOLERANCES,
         build,
         example_inputs,
-        fuse,
         load_onnx,
         lower_precision,
         onnxruntime_outputs,
+        prepare,
         run_and_time,
         to_relax,
     )
@@ -54,7 +54,7 @@ def test_each_precision_builds_and_stays_within_its_tolerance_of_onnxruntime(pre
     assert _matmul_dtypes(mod) == {dtype}
     target = make_target("llvm")
     inputs = example_inputs(model)
-    outputs, _ = run_and_time(build(fuse(mod, target), target), target, inputs, repeat=1)
+    outputs, _ = run_and_time(build(prepare(mod, target), target), target, inputs, repeat=1)
     reference, _ = onnxruntime_outputs(model, inputs)
     assert mismatch(reference, outputs, TOLERANCES[precision]) is None
     error = max_abs_error(reference, outputs)
@@ -83,12 +83,12 @@ def test_half_precision_tasks_get_the_tensor_core_space_on_cuda():
     from tvm.s_tir import meta_schedule as ms
 
     from kb_tvm.bench_yield import H200
-    from kb_tvm.model_tuning import fuse, load_onnx, lower_precision, to_relax
+    from kb_tvm.model_tuning import load_onnx, lower_precision, prepare, to_relax
     from kb_tvm.model_tuning.precision import model_space
 
     target = tvm.target.Target(H200)
     assert model_space(target, "fp32") == "post-order-apply"
-    mod = fuse(lower_precision(to_relax(load_onnx(SHIPPED)), "fp16"), target)
+    mod = prepare(lower_precision(to_relax(load_onnx(SHIPPED)), "fp16"), target)
     tasks = {str(t.task_name): t for t in ms.relax_integration.extract_tasks(mod, target)}
     kinds = {}
     for name in ("fused_matmul_cast_add", "layer_norm"):

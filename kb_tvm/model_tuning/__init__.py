@@ -6,7 +6,7 @@ One module per step of a job:
 - `job`: `tune_model`, the orchestration: the steps below in order
 - `onnx_input`: read and check the ONNX model, pin its input shapes, example inputs,
   onnxruntime's reference outputs; `ModelError`
-- `relax_build`: the Relax import, the fusion tasks are extracted from, and the build
+- `relax_build`: the Relax import, Relax's pre-tuning steps (the module tasks come from), the build
 - `precision`: fp16/bf16 matmuls and convolutions (fp32 accumulation), their design space on
   CUDA, and the numerics tolerance per precision
 - `profiling`: the model's latency and each task's kernel timed alone
@@ -27,11 +27,31 @@ from .onnx_input import (
 from .precision import PRECISIONS, TOLERANCES, lower_precision
 from .profiling import profile_kernels, run_and_time
 from .record_choice import better_than_default
-from .relax_build import build, fuse, to_relax
+from .relax_build import build, prepare, to_relax
 from .report import latency_curve, plot_curve, report_markdown
 from .run_state import STATE_FILE, _drop_torn_tail, read_state, write_state
 
-__all__ = ["PRECISIONS", "STATE_FILE", "TOLERANCES", "ModelError", "_drop_torn_tail", "better_than_default", "build", "example_inputs",
-           "fuse", "latency_curve", "load_onnx", "lower_precision", "onnxruntime_outputs", "parse_input_shape", "plot_curve",
-           "profile_kernels", "read_state", "report_markdown", "run_and_time", "to_relax", "tune_model",
-           "write_state"]
+__all__ = [
+    "PRECISIONS",
+    "STATE_FILE",
+    "TOLERANCES",
+    "ModelError",
+    "_drop_torn_tail",
+    "better_than_default",
+    "build",
+    "example_inputs",
+    "latency_curve",
+    "load_onnx",
+    "lower_precision",
+    "onnxruntime_outputs",
+    "parse_input_shape",
+    "plot_curve",
+    "prepare",
+    "profile_kernels",
+    "read_state",
+    "report_markdown",
+    "run_and_time",
+    "to_relax",
+    "tune_model",
+    "write_state",
+]

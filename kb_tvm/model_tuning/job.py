@@ -22,7 +22,7 @@ from .precision import (
 )
 from .profiling import profile_kernels, run_and_time
 from .record_choice import better_than_default
-from .relax_build import build, fuse, to_relax
+from .relax_build import build, prepare, to_relax
 from .report import _task_row, latency_curve, plot_curve, report_markdown
 from .run_state import read_state, write_state
 
@@ -76,7 +76,7 @@ def tune_model(
     work_dir = Path(work_dir)
     check_precision(precision)
     earlier = read_state(work_dir, name=name, resume=resume, strategy=strategy, precision=precision)
-    mod = fuse(lower_precision(to_relax(model), precision), target)
+    mod = prepare(lower_precision(to_relax(model), precision), target)
     tasks = ms.relax_integration.extract_tasks(mod, target)
     work_dir.mkdir(parents=True, exist_ok=True)
     inputs = example_inputs(model)

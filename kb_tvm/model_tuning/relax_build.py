@@ -1,5 +1,5 @@
-"""The Relax side: import the ONNX model, fuse it the way `compile_relax` does (so tuned
-tasks carry the names the build looks up), and build a VM executable from the records."""
+"""The Relax side: import the ONNX model, prepare it as Relax's tuning pipeline does (the
+module tasks are extracted from), and build a VM executable from it and the records."""
 
 from __future__ import annotations
 
@@ -18,9 +18,16 @@ def to_relax(model):
 
 
 
-def fuse(mod, target):
-    """The module as compile_relax prepares it (dispatch, legalize, fuse) before applying
-    records: tasks extracted from this one have the names and bodies compile_relax looks up."""
+def prepare(mod, target):
+    """The module tasks are extracted from and records are applied to: Relax's own pre-tuning
+    steps, as `relax.pipeline.static_shape_tuning_pipeline` runs them before it tunes
+    (DecomposeOpsForInference, CanonicalizeBindings, then the zero pipeline: legalize,
+    annotate, fold constants, fuse), after the target's library dispatch. `build` applies the
+    records to this very module, so task names and hashes match by construction.
+
+    static_shape_tuning_pipeline itself cannot serve: its MetaScheduleTuneIRMod tunes with
+    stock MetaSchedule's task scheduler and search and takes no strategy, scheduler, wall
+    budget, builder or runner to hand KBTaskScheduler and KBSearch."""
     import tvm
     from tvm import relax
     from tvm.relax import pipeline
@@ -29,22 +36,19 @@ def fuse(mod, target):
         dispatch = pipeline.library_dispatch_passes(target)
     except (ValueError, AttributeError):
         dispatch = []
-    passes = [*dispatch, relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
-              relax.transform.FoldConstant(), relax.transform.FuseOps(), relax.transform.FuseTIR()]
+    passes = [*dispatch, relax.transform.DecomposeOpsForInference(), relax.transform.CanonicalizeBindings(),
+              pipeline.zero_pipeline()]
     with target, tvm.transform.PassContext(opt_level=3):
-        once = tvm.transform.Sequential(passes)(mod)
-        # compile_relax runs these passes again on what it is given; the second run only
-        # re-annotates the fused functions, and a third changes nothing: tune what it builds
-        return tvm.transform.Sequential(passes)(once)
+        return tvm.transform.Sequential(passes)(mod)
 
 
 def build(mod, target, database=None):
-    """A VM executable; functions without a tuned record get TVM's default schedules.
-
-    MetaSchedule's `compile_relax`, step for step (fuse as tasks were extracted, apply the
-    records, dlight for the rest), but under `build_config(target)`: compile_relax opens a
-    PassContext of its own, and a CUDA tensor-core record tuned under merged shared memory
-    would not lower without it."""
+    """A VM executable of a `prepare`d module: the database's records applied (MetaSchedule's
+    MetaScheduleApplyDatabase), TVM's default schedules for the rest (dlight on GPUs), then
+    Relax's lowering for the target. Under `build_config(target)`: a CUDA tensor-core record
+    tuned under merged shared memory would not lower without it. Not `compile_relax`, which
+    would fuse the prepared module again before applying the records and so change the
+    functions the records were tuned for."""
     import tvm
     from tvm import relax
     from tvm.relax import pipeline as relax_pipeline
@@ -54,10 +58,6 @@ def build(mod, target, database=None):
     from ..measure.targets import build_config
 
     database = database if database is not None else ms.database.MemoryDatabase()
-    try:
-        dispatch = relax_pipeline.library_dispatch_passes(target)
-    except (ValueError, AttributeError):
-        dispatch = []
     try:
         lower = relax_pipeline.dataflow_lower_passes(target) + relax_pipeline.finalize_passes(target)
     except (ValueError, AttributeError):  # targets without their own pipeline (llvm): compile_relax's fallback
@@ -69,9 +69,6 @@ def build(mod, target, database=None):
 
     @tvm.transform.module_pass(opt_level=3)
     def tuned_pipeline(mod, _ctx):
-        mod = tvm.transform.Sequential([
-            *dispatch, relax.transform.LegalizeOps(), relax.transform.AnnotateTIROpPattern(),
-            relax.transform.FoldConstant(), relax.transform.FuseOps(), relax.transform.FuseTIR()])(mod)
         mod = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
         if gpu:
             mod = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
