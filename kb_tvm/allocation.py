@@ -41,6 +41,7 @@ class TaskStats:
     batch_seconds: list[float] = field(default_factory=list)
     retired: str | None = None  # why it gets no more seconds
     revivals: int = 0  # times it came back from a trivial retirement
+    best_tuned: float | None = None  # the search's best, seconds, even where the default is faster
     # improvement curves of similar workloads tuned before (experience library)
     borrowed_improvements: list[list[float]] = field(default_factory=list)
 
@@ -62,6 +63,8 @@ class TaskStats:
         self.seconds += seconds
         self.trials += trials
         self.batch_seconds.append(seconds)
+        if best_latency is not None:
+            self.best_tuned = best_latency if self.best_tuned is None else min(self.best_tuned, best_latency)
         if best_latency is None:
             if self.latency is not None:
                 self.improvements.append(0.0)
@@ -127,6 +130,15 @@ def predicted_improvement(task: TaskStats, neighbour_curves: list[list[float]], 
     return trust * own + (1.0 - trust) * expected
 
 
+def default_unbeaten(task: TaskStats, batches: int = 2) -> bool:
+    """A task that came back from a trivial retirement and whose search has not matched its
+    default schedule in `batches` batches: small memory-bound kernels (casts, reshapes, layer
+    norms) whose default is already near their floor; more seconds there buy nothing (seen:
+    61 s of a 3-min CPU run on such tasks, none beating its default)."""
+    return (task.revivals > 0 and task.batches >= batches and task.best_tuned is not None
+            and task.latency_default is not None and task.best_tuned >= task.latency_default)
+
+
 @dataclass(frozen=True)
 class Choice:
     task: int | None  # None: nothing is worth more seconds
@@ -181,6 +193,10 @@ def choose_next(
         share = task.model_seconds / model_time
         if share < floor_share:
             retired[i] = f"{TRIVIAL}: {share:.1%} of model time (floor {floor_share:.0%}), kept its first batch"
+            continue
+        if default_unbeaten(task):
+            retired[i] = (f"its default schedule is unbeaten after {task.batches} batches (best tuned "
+                          f"{task.best_tuned / task.latency_default:.2f}x its time): keeps it")
             continue
         neighbours = [tasks[j].improvements for j in graph.neighbors(i)] + task.borrowed_improvements
         seconds = sum(task.batch_seconds[-3:]) / len(task.batch_seconds[-3:]) if task.batch_seconds \

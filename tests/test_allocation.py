@@ -9,8 +9,9 @@ def simulate(tasks, latency_curves, budget_seconds, batch_seconds=10.0, **kwargs
     picks = []
     while spent < budget_seconds:
         choice = choose_next(tasks, default_batch_seconds=batch_seconds, **kwargs)
-        for index in choice.revived:
+        for index in choice.revived:  # as KBTaskScheduler does
             tasks[index].retired = None
+            tasks[index].revivals += 1
         for index, why in choice.retired.items():
             tasks[index].retired = why
         if choice.task is None:
@@ -118,3 +119,21 @@ def test_a_task_skipped_as_trivial_gets_seconds_once_the_others_made_it_a_bottle
     assert picks.index(1) == 2  # once the big one went 10 -> 5 ms: the small one is then 2.9%
     tasks[0].latency, tasks[1].retired = 10e-3, "trivial: 1.5% of model time"  # were the big one slow again
     assert choose_next(tasks, default_batch_seconds=10).revived == {}
+
+
+def test_a_revived_task_whose_search_cannot_match_its_default_gets_two_batches_not_more():
+    # a layer norm: 1.5% of model time untuned, revived once the matmul got fast; its default
+    # schedule is near its floor, and the search never matches it
+    tasks = [TaskStats("fused_matmul_big", weight=1, flop=1e10, latency_default=10e-3),
+             TaskStats("layer_norm", weight=1, flop=1e6, latency_default=0.15e-3)]
+    curves = [[10e-3 * 0.5**k for k in range(5)] + [0.5e-3] * 40, [0.2e-3] * 40]
+    picks, _ = simulate(tasks, curves, budget_seconds=300)
+    assert tasks[1].revivals == 1
+    assert picks.count(1) == 2 and tasks[1].latency == pytest.approx(0.15e-3)
+    assert tasks[1].retired.startswith("its default schedule is unbeaten after 2 batches (best tuned 1.33x")
+    # the same task, once its search beats the default, keeps getting seconds
+    tasks = [TaskStats("fused_matmul_big", weight=1, flop=1e10, latency_default=10e-3),
+             TaskStats("layer_norm", weight=1, flop=1e6, latency_default=0.15e-3)]
+    curves[1] = [0.2e-3, 0.14e-3, 0.12e-3] + [0.1e-3] * 40
+    picks, _ = simulate(tasks, curves, budget_seconds=300)
+    assert picks.count(1) > 2
