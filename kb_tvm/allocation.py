@@ -120,8 +120,11 @@ def predicted_improvement(task: TaskStats, neighbour_curves: list[list[float]], 
     curves of similar tasks (of this model, or tuned before)."""
     at = len(task.improvements)  # the index of the improvement the next batch would add
     seen = [curve[at] for curve in neighbour_curves if len(curve) > at]
-    # early batches gain a lot, later ones less; similar tasks say how fast it fades
-    expected = sum(seen) / len(seen) if seen else prior / (1.0 + at)
+    # early batches gain a lot, later ones less; similar tasks say how fast it fades. The prior
+    # counts as one of them: neighbours that happened to gain nothing at this point must not
+    # make it 0 (a 40%-of-model-time task was dropped after 20 trials that way); a light one
+    # (a tenth of a neighbour), so that real curves still lead
+    expected = (sum(seen) + 0.1 * prior / (1.0 + at)) / (len(seen) + 0.1)
     if not task.improvements:
         return expected
     recent = task.improvements[-2:]

@@ -63,6 +63,8 @@ def test_similar_tasks_inform_each_others_predicted_improvement():
     fresh = TaskStats("matmul", 1, 1e9)
     assert predicted_improvement(fresh, [fast.improvements]) > predicted_improvement(fresh, [slow.improvements])
     assert predicted_improvement(fresh, []) == pytest.approx(0.3)
+    # neighbours that gained nothing at this point lower the prediction but do not zero it
+    assert 0 < predicted_improvement(fresh, [[0.0], [0.0]]) < predicted_improvement(fresh, [])
 
 
 def test_failed_first_batch_retires_the_task():
