@@ -90,6 +90,14 @@ def test_a_dynamic_export_tunes_once_its_axes_are_pinned(tmp_path):
     assert report["numerics"]["ok"] and report["numerics"]["checked_against"].startswith("onnxruntime")
 
 
+def test_slow_models_are_timed_with_fewer_calls():
+    from kb_tvm.model_tuning.profiling import calls_for
+
+    assert calls_for(0.001, 5, 10) == (5, 10)  # a fast kernel: as asked
+    assert calls_for(0.1, 5, 10) == (1, 10)
+    assert calls_for(50.0, 5, 10) == (1, 3)  # BERT-base untuned on 2 cores: 3 calls, not 50
+
+
 def test_unknown_target_and_unwritable_work_dir(tmp_path):
     result = CliRunner().invoke(main, ["tune", str(SHIPPED), "--target", "tpu", "--work-dir", str(tmp_path / "w")])
     assert result.exit_code != 0 and "unknown target 'tpu'" in result.output and not (tmp_path / "w").exists()

@@ -3,7 +3,20 @@ the untuned model spends its time: what the task scheduler starts from)."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
+
+
+def calls_for(first_s: float, number: int, repeat: int) -> tuple[int, int]:
+    """(calls per repeat, repeats) for something whose first call took `first_s`: the asked
+    ones for fast kernels, fewer for slow ones, so that timing a model whose untuned forward
+    takes 50 s (BERT-base on 2 cores) costs seconds' worth of calls, not 50 of them."""
+    if first_s >= 0.5:
+        return 1, min(repeat, 3)
+    if first_s >= 0.02:
+        return 1, repeat
+    return number, repeat
 
 
 def run_and_time(executable, target, inputs: list[np.ndarray], repeat: int = 10) -> tuple[list[np.ndarray], float]:
@@ -14,10 +27,13 @@ def run_and_time(executable, target, inputs: list[np.ndarray], repeat: int = 10)
     device = tvm.cuda(0) if target.kind.name == "cuda" else tvm.cpu(0)
     vm = relax.VirtualMachine(executable, device)
     args = [tvm.runtime.tensor(a, device) for a in inputs]
+    started = time.perf_counter()
     out = vm["main"](*args)
     outputs = [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]
+    number, repeat = calls_for(time.perf_counter() - started, 5, repeat)
     vm.set_input("main", *args)
-    timer = vm.time_evaluator("invoke_stateful", device, number=5, repeat=repeat, min_repeat_ms=50)
+    timer = vm.time_evaluator("invoke_stateful", device, number=number, repeat=repeat,
+                             min_repeat_ms=50 if number > 1 else 0)
     return outputs, float(np.median(timer("main").results))
 
 
@@ -35,7 +51,10 @@ def profile_kernels(executable, target, tasks, repeat: int = 5) -> dict[str, flo
         func = next(iter(task.mod.functions.values()))
         args = [tvm.runtime.tensor(_random_array([int(d) for d in info.shape], info.dtype, rng), device)
                 for info in ArgInfo.from_prim_func(func)]
-        timer = library.time_evaluator(str(task.task_name), device, number=10, repeat=repeat, min_repeat_ms=10)
+        once = library.time_evaluator(str(task.task_name), device, number=1, repeat=1)(*args).mean
+        number, times = calls_for(once, 10, repeat)
+        timer = library.time_evaluator(str(task.task_name), device, number=number, repeat=times,
+                                       min_repeat_ms=10 if number > 1 else 0)
         seconds[str(task.task_name)] = float(np.median(timer(*args).results))
     return seconds
 
