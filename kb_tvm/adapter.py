@@ -689,10 +689,10 @@ class TensorCoreSpace(PySpaceGenerator):
             family._initialize_with_tune_context(context)
 
     def generate_design_space(self, mod):
-        plain, pipelined = (family.generate_design_space(mod) for family in self._families)
+        unpipelined, pipelined = (family.generate_design_space(mod) for family in self._families)
         # the pipelined family differs only where a WMMA rule applied: a model's other tasks
         # (layer norm, softmax, casts) would get every sketch twice
-        spaces = list(plain) + [sch for sch in pipelined if "wmma" in str(sch.trace)]
+        spaces = list(unpipelined) + [sch for sch in pipelined if "wmma" in str(sch.trace)]
         for sch in spaces:
             align_bf16_staging(sch)
         return spaces
