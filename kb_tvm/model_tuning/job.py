@@ -55,7 +55,8 @@ def tune_model(
     count against the budget, and tasks it finished get no more. builder/runner: MetaSchedule's
     (e.g. an RPCRunner); default local, kb's persistent ones or stock's as `pipeline` says.
     experience: a kb_tvm.Experience to warm-start the tasks from and add their outcomes to (kb
-    only); None: cold."""
+    only); None: cold. precision: "fp32", or "fp16"/"bf16" matmuls and convolutions with fp32
+    accumulation (`precision.py`), checked against onnxruntime within that precision's tolerance."""
     from tvm.s_tir import meta_schedule as ms
 
     from ..adapter import (
