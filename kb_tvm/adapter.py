@@ -48,6 +48,7 @@ from . import allocation, warm_start
 from .budget import TuningBudget
 from .decision_log import DecisionLog, earlier_events
 from .experience import Experience
+from .measure.candidate_log import FILE_NAME as CANDIDATES_FILE
 from .measure.candidate_log import (
     CandidateLog,
     CandidateRow,
@@ -280,16 +281,16 @@ class ProgressRecorder(PyMeasureCallback):
 
 @derived_object
 class CandidateRecorder(PyMeasureCallback):
-    """Keeps every measured candidate as a row of a `CandidateLog` (logic in
+    """Keeps every measured candidate as a row of a `CandidateLog` in `work_dir` (logic in
     `measure/candidate_log.py`): trace, sketch, features, latency or error, and the build and
     run seconds that kb's builder and runner report (`builder`, `runner`: the tune's own;
     stock's report none). `clock` gives the job's seconds (a TuningBudget's `spent`)."""
 
-    def __init__(self, *, log: CandidateLog, strategy: str, clock: Callable[[], float],
+    def __init__(self, *, work_dir: str | os.PathLike, strategy: str, clock: Callable[[], float],
                  builder=None, runner=None) -> None:
         from tvm.s_tir.meta_schedule.feature_extractor import PerStoreFeature
 
-        self.log = log
+        self.log = CandidateLog(Path(work_dir) / CANDIDATES_FILE)
         self.strategy = strategy
         self.clock = clock
         self.builder = builder

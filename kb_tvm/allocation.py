@@ -63,12 +63,11 @@ class TaskStats:
         self.seconds += seconds
         self.trials += trials
         self.batch_seconds.append(seconds)
-        if best_latency is not None:
-            self.best_tuned = best_latency if self.best_tuned is None else min(self.best_tuned, best_latency)
         if best_latency is None:
             if self.latency is not None:
                 self.improvements.append(0.0)
             return
+        self.best_tuned = best_latency if self.best_tuned is None else min(self.best_tuned, best_latency)
         if self.latency is None:
             # the build keeps the default schedule where tuning has not beaten it yet
             self.latency_before = self.latency_default if self.latency_default is not None else best_latency

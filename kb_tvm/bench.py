@@ -9,7 +9,8 @@ The runs go one after the other in one process, or with --side-by-side at the sa
 in its own process on its own GPU and an equal share of the CPU cores (two GPUs: kb on one, stock
 on the other, so neither sees a quieter machine). The JSON holds every anytime curve
 (best latency vs seconds), the re-timed best of each, and how long kb took to reach stock's
-final latency; beside it, every measured candidate of each run (`*-candidates.jsonl.gz`). It is rewritten after every batch, so a run cut short keeps what it measured.
+final latency; beside it, every measured candidate of each run (`*-candidates.jsonl.gz`). It
+is rewritten after every batch, so a run cut short keeps what it measured.
 """
 
 from __future__ import annotations
@@ -124,15 +125,14 @@ def main(workloads, budget, target, order, trials_per_batch, seed, side_by_side,
                 result = tune_operator(workload, target=tvm_target, budget=budget, work_dir=work_dir,
                                        strategy=strategy, pipeline=pipeline, trials_per_batch=trials_per_batch,
                                        seed=seed, on_progress=progress, quiet=True)
-                if strategy == "kb":  # keep the decision log beside the results
+                beside = f"{out_path.stem}-{name}-{label.replace('@', '-')}"  # files kept beside the JSON
+                if strategy == "kb":  # the decision log
                     logs = sorted(Path(work_dir, "kb_logs").glob("*.jsonl"))
                     if logs:
-                        log_copy = out_path.with_name(f"{out_path.stem}-{name}-{label.replace('@', '-')}-log.jsonl")
-                        log_copy.write_text(logs[0].read_text())
+                        out_path.with_name(f"{beside}-log.jsonl").write_text(logs[0].read_text())
                 candidates = CandidateLog(Path(work_dir, FILE_NAME))  # kept as data (the replay env's)
                 if candidates.path.exists():
-                    candidates.compress_to(
-                    out_path.with_name(f"{out_path.stem}-{name}-{label.replace('@', '-')}-candidates.jsonl.gz"))
+                    candidates.compress_to(out_path.with_name(f"{beside}-candidates.jsonl.gz"))
             runs[label] = {**result.to_json(), "done": True}
             save()
             click.echo(f"{name} {label}: final {result.final_ms} ms, {result.trials} trials, "

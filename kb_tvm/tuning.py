@@ -136,7 +136,6 @@ def tune_operator(
         RecordDatabase,
         TimeCappedSearch,
     )
-    from .measure.candidate_log import FILE_NAME, CandidateLog
 
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
@@ -180,7 +179,7 @@ def tune_operator(
     tuning_budget.start()  # the rest of the job counts, MetaSchedule's own set-up included
     started = time.monotonic()
     with measurement_pipeline(target, pipeline, builder, runner) as (builder, runner), guard_metaschedule_logger():
-        kept = CandidateRecorder(log=CandidateLog(work_dir / FILE_NAME), strategy=strategy,
+        kept = CandidateRecorder(work_dir=work_dir, strategy=strategy,
                                  clock=lambda: tuning_budget.spent, builder=builder, runner=runner)
         ms.tune_tir(
             _named_module(workload), target, str(work_dir), max_trials_global=max_trials, database=database,

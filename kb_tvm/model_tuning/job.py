@@ -67,7 +67,7 @@ def tune_model(
         RecordDatabase,
         TimeCappedSearch,
     )
-    from ..measure.candidate_log import FILE_NAME, CandidateLog
+    from ..measure.candidate_log import FILE_NAME
     from ..tuning import PIPELINES, STRATEGIES, measurement_pipeline
 
     if strategy not in STRATEGIES:
@@ -118,7 +118,7 @@ def tune_model(
     database = RecordDatabase(work_dir=work_dir)
     recorder = ProgressRecorder(on_progress=measured)
     with measurement_pipeline(target, pipeline, builder, runner) as (builder, runner), guard_metaschedule_logger():
-        kept = CandidateRecorder(log=CandidateLog(work_dir / FILE_NAME), strategy=strategy,
+        kept = CandidateRecorder(work_dir=work_dir, strategy=strategy,
                                  clock=lambda: tuning_budget.spent, builder=builder, runner=runner)
         ms.relax_integration.tune_relax(
             mod, params={}, target=target, work_dir=str(work_dir), max_trials_global=1_000_000, database=database,

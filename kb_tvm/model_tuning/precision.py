@@ -102,9 +102,10 @@ def mismatch(expected: list[np.ndarray], actual: list[np.ndarray], tolerance: To
         if want.shape != got.shape:
             return f"output {index}: shape {got.shape} != {want.shape}"
         got64, want64 = got.astype(np.float64), want.astype(np.float64)
-        if not np.allclose(got64, want64, rtol=tolerance.rtol, atol=tolerance.atol(want64)):
+        atol = tolerance.atol(want64)
+        if not np.allclose(got64, want64, rtol=tolerance.rtol, atol=atol):
             worst = float(np.max(np.abs(got64 - want64)))
-            return f"output {index}: max abs difference {worst:.3g} (allowed {tolerance.atol(want64):.3g} + " \
+            return f"output {index}: max abs difference {worst:.3g} (allowed {atol:.3g} + " \
                    f"{tolerance.rtol:g} x |reference|)"
     return None
 

@@ -92,14 +92,10 @@ class Planner:
         not measure its regions again; `coarse_finished`: that run had ranked its regions, and
         the coarse phase is not redone. `cost`: its last measurement-cost estimate."""
         for row in rows:
-            if row.get("origin") == "remeasure":
-                continue
-            for name in row.get("regions") or ():
-                stats = self.regions.setdefault(name, decisions.RegionStats(name))
-                if row.get("measured_ms") is None:
-                    stats.failures += 1
-                else:
-                    stats.measured_log_latencies.append(math.log(row["measured_ms"] * 1e-3))
+            if row.get("origin") != "remeasure":
+                measured = row.get("measured_ms")
+                self._count_in_regions(row.get("regions") or (), None if measured is None else measured * 1e-3,
+                                       add_regions=True)
         self.restored = bool(rows)
         self.coarse_finished_before = coarse_finished
         if cost:
@@ -227,19 +223,24 @@ class Planner:
         """A measured batch: failures, region statistics (re-measures aside) and costs."""
         for cand, (latency, _), origin in zip(batch, results, origins):
             self.failures.observe(cand.keys, latency is None)
-            if origin == "remeasure":
-                continue
-            for name in cand.regions:
-                stats = self.regions.get(name)
-                if stats is None:
-                    continue
-                if latency is None:
-                    stats.failures += 1
-                else:
-                    stats.measured_log_latencies.append(math.log(latency))
+            if origin != "remeasure":
+                self._count_in_regions(cand.regions, latency, add_regions=False)
         ok = [r[0] for r in results if r[0] is not None]
         self.cost.observe_batch(len(results), float(sum(ok)), seconds)
         self.batches += 1
+
+    def _count_in_regions(self, names, latency_s: float | None, *, add_regions: bool) -> None:
+        """One measurement (None: failed) into the statistics of its regions; regions not
+        sampled in this run are skipped unless `add_regions`."""
+        for name in names:
+            stats = self.regions.setdefault(name, decisions.RegionStats(name)) if add_regions \
+                else self.regions.get(name)
+            if stats is None:
+                continue
+            if latency_s is None:
+                stats.failures += 1
+            else:
+                stats.measured_log_latencies.append(math.log(latency_s))
 
 
 def unmeasured(pool: list, region: str) -> list:
