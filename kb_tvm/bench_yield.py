@@ -6,8 +6,8 @@ and lowering for `cuda -arch=sm_90` run on the CPU.
     python -m kb_tvm.bench_yield --workload gemm-4096-fp16 --samples 200 \
         --out bench-results/issue9-yield/gemm-4096-fp16.json
 
-Samples are lowered under the pass options kb builds with (`build_config`: on CUDA,
-`tirx.merge_static_smem`, which avoids the StorageRewrite failure "tvm_access_ptr element type
+Samples are lowered under the pass options kb builds with (`build_config`: on CUDA, for
+tensor-core kernels, `tirx.merge_static_smem`, which avoids the StorageRewrite failure "tvm_access_ptr element type
 must match the source buffer" that most tensor-core samples hit in TVM 0.27). `--plain-lowering`
 also counts them under TVM's defaults, as stock MetaSchedule builds them.
 """
@@ -52,7 +52,7 @@ def sample_yield(workload, target, *, samples: int, fitted_tiles: bool, seed: in
     with tempfile.TemporaryDirectory() as log_dir:
         task = candidate_factory(workload, target, fitted_tiles=fitted_tiles, seed=seed, log_dir=log_dir)
         if plain_lowering:
-            task.pass_config = {}
+            task.pass_config = lambda target, mod: {}
         for space in range(len(task.spaces)):
             before = dict(task.dropped)
             started = time.perf_counter()

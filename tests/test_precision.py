@@ -99,6 +99,50 @@ def test_half_precision_tasks_get_the_tensor_core_space_on_cuda():
     assert kinds["layer_norm"] and not any(kinds["layer_norm"])  # CUDA cores, each sketch once
 
 
+def test_a_cuda_library_mixing_tensor_core_records_and_default_reductions_builds(tmp_path):
+    """No GPU needed (compile only). Tensor-core kernels lower only with merged shared memory,
+    dlight's layer norm and softmax only without (TVM 0.27): the model build lowers each as
+    it was tuned."""
+    import numpy as np
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from kb_tvm.bench_yield import H200
+    from kb_tvm.decision_log import DecisionLog
+    from kb_tvm.measure.targets import build_config, uses_tensor_cores
+    from kb_tvm.model_tuning import build, load_onnx, lower_precision, prepare, to_relax
+    from kb_tvm.model_tuning.precision import model_space
+    from kb_tvm.search import CandidateFactory, SearchOptions
+    from kb_tvm.templates import load_templates
+
+    target = tvm.target.Target(H200)
+    mod = prepare(lower_precision(to_relax(load_onnx(SHIPPED)), "fp16"), target)
+    tasks = {str(t.task_name): t for t in ms.relax_integration.extract_tasks(mod, target)}
+    assert "layer_norm" in tasks and any("softmax" in name for name in tasks)
+    task = tasks["fused_matmul_cast_add"]
+    context = ms.TuneContext(mod=task.dispatched[0], target=target, space_generator=model_space(target, "fp16"),
+                             task_name=task.task_name, num_threads=2, rand_state=1)
+    factory = CandidateFactory(context=context, design_spaces=context.generate_design_space(),
+                               templates=load_templates("cuda"), options=SearchOptions(seed=1, repeatable=True),
+                               rng=np.random.default_rng(1), log=DecisionLog.for_task(str(tmp_path), "t", None))
+    candidate = next(c for space in range(len(factory.spaces)) for c in factory.sample(space, 8))
+    assert uses_tensor_cores(candidate.sch.mod)
+    assert build_config(target, candidate.sch.mod) == {"tirx.merge_static_smem": True}
+    layer_norm = tasks["layer_norm"].dispatched[0]
+    assert not uses_tensor_cores(layer_norm) and build_config(target, layer_norm) == {}
+
+    database = ms.database.MemoryDatabase()
+    workload = database.commit_workload(task.dispatched[0])
+    database.commit_tuning_record(ms.database.TuningRecord(candidate.sch.trace, workload, [1e-5], target))
+    library = build(mod, target, database)
+    modules, sources = [library.mod], ""
+    while modules:  # the VM executable imports the host library, which imports the CUDA one
+        module = modules.pop()
+        modules += list(module.imports)
+        sources += module.inspect_source() if module.kind == "cuda" else ""
+    assert "wmma::mma_sync" in sources  # the record's kernel, beside dlight's for the rest
+
+
 @pytest.mark.tuning
 def test_tune_in_fp16_reports_precision_and_tolerance(tmp_path):
     work_dir = tmp_path / "work"

@@ -35,12 +35,15 @@ def test_cuda_without_a_gpu_is_a_clear_error():
         make_target("cuda")
 
 
-def test_cuda_builds_merge_shared_memory_and_cpu_builds_use_tvms_defaults():
+def test_cuda_tensor_core_builds_merge_shared_memory_and_cpu_builds_use_tvms_defaults():
     import tvm
 
     from kb_tvm import build_config
+    from kb_tvm.workloads import get_workload
 
-    assert build_config(tvm.target.Target({"kind": "cuda", "arch": "sm_90"})) == {"tirx.merge_static_smem": True}
+    cuda = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
+    assert build_config(cuda) == {"tirx.merge_static_smem": True}  # a tensor-core kernel's options
+    assert build_config(cuda, get_workload("softmax-128x768").module()) == {}  # no WMMA fragments
     assert build_config(tvm.target.Target("llvm")) == {}
     with tvm.transform.PassContext(config=build_config(tvm.target.Target("cuda"))):  # TVM knows the option
         assert bool(tvm.transform.PassContext.current().config["tirx.merge_static_smem"])

@@ -16,21 +16,78 @@ import os
 STATIC_SHARED_MEMORY_BYTES = 48 * 1024
 
 
-def build_config(target) -> dict:
-    """TVM pass options every build for `target` runs under: tuning builds, the lowering check,
-    re-timing and the deployed library alike, so a tuned schedule builds the same everywhere.
-    On CUDA, `tirx.merge_static_smem` merges the staged tiles into one shared buffer: without it
-    TVM 0.27's StorageRewrite rejects ~85% of the tensor-core samples that pass postprocessing
-    ("tvm_access_ptr element type must match"), with it none; the kernels compute the same and
-    run as fast (BENCHMARKS.md, issue 9)."""
-    return {"tirx.merge_static_smem": True} if target.kind.name == "cuda" else {}
+def build_config(target, mod=None) -> dict:
+    """TVM pass options a build of `mod` for `target` runs under: tuning builds, the lowering
+    check, re-timing and the deployed library alike, so a tuned schedule builds the same
+    everywhere. On CUDA, kernels with tensor-core (WMMA) fragments merge their staged tiles
+    into one shared buffer (`tirx.merge_static_smem`): without it TVM 0.27's StorageRewrite
+    rejects ~85% of the tensor-core samples that pass postprocessing ("tvm_access_ptr element
+    type must match"), with it none, and the kernels compute the same and run as fast
+    (BENCHMARKS.md, issue 9). Other kernels must not merge: it fails half of the reduction
+    sketches (layer norm, softmax) and dlight's default schedules for them ("buffer_byte_offsets").
+    Without `mod`: the options of a tensor-core kernel."""
+    if target.kind.name != "cuda" or (mod is not None and not uses_tensor_cores(mod)):
+        return {}
+    return {"tirx.merge_static_smem": True}
+
+
+def uses_tensor_cores(mod) -> bool:
+    """Whether a scheduled module (or PrimFunc) holds WMMA fragments."""
+    import tvm
+    from tvm.s_tir.analysis import detect_buffer_access_lca
+
+    funcs = [mod] if isinstance(mod, tvm.tirx.PrimFunc) else \
+        [f for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+    return any(buffer.scope().startswith("wmma.") for func in funcs for buffer in detect_buffer_access_lca(func))
+
+
+MERGE_WHERE_TENSOR_CORES = "kb-merge-shared-memory-where-tensor-cores"
+
+
+def _tir_pipeline_merging_where_tensor_cores():
+    """TVM's default TIR pipeline, run with `build_config` per function: a model's library
+    holds tensor-core kernels, which need merged shared memory, and reductions, which break
+    under it; a pass option holds for a whole build, so the functions are lowered in two groups."""
+    import tvm
+
+    default, finalize_host, finalize_device = tvm.tirx.get_tir_pipeline("default")
+
+    @tvm.transform.module_pass(opt_level=0, name="kb.MergeSharedMemoryWhereTensorCores")
+    def pipeline(mod, ctx):
+        groups: dict[bool, dict] = {True: {}, False: {}}
+        for gvar, func in mod.functions.items():
+            groups[isinstance(func, tvm.tirx.PrimFunc) and uses_tensor_cores(func)][gvar] = func
+        lowered = {}
+        for merge, funcs in groups.items():
+            if not funcs:
+                continue
+            config = {**dict(ctx.config), "tirx.merge_static_smem": merge}
+            with tvm.transform.PassContext(opt_level=ctx.opt_level, config=config):
+                part = default(tvm.IRModule(funcs, attrs=mod.attrs))
+            for gvar, func in part.functions.items():
+                # a group of one function would be marked the module's entry, which it is not
+                if len(mod.functions) > 1 and "tirx.is_entry_func" in (func.attrs or {}):
+                    func = func.without_attr("tirx.is_entry_func")
+                lowered[gvar] = func
+        return tvm.IRModule(lowered, attrs=mod.attrs)
+
+    return pipeline, finalize_host, finalize_device
+
+
+def register_tir_pipeline() -> str:
+    """The name under which `relax.build(..., tir_pipeline=NAME)` lowers with `build_config`
+    per function."""
+    from tvm.tirx import compilation_pipeline
+
+    compilation_pipeline.PIPELINE_MAP[MERGE_WHERE_TENSOR_CORES] = _tir_pipeline_merging_where_tensor_cores
+    return MERGE_WHERE_TENSOR_CORES
 
 
 def compile_kernel(mod, target):
-    """`tvm.compile` of a scheduled kernel as kb builds it: under `build_config(target)`."""
+    """`tvm.compile` of a scheduled kernel as kb builds it: under `build_config(target, mod)`."""
     import tvm
 
-    with tvm.transform.PassContext(config=build_config(target)):
+    with tvm.transform.PassContext(config=build_config(target, mod)):
         return tvm.compile(mod, target=target)
 
 

@@ -54,7 +54,7 @@ def build(mod, target, out_dir: str) -> tuple[str, float, int]:
     if target.kind.name == "cuda":
         cuda_compiler()
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-    with tvm.transform.PassContext(config=build_config(target)):
+    with tvm.transform.PassContext(config=build_config(target, mod)):
         library = tvm_build(mod, target=target)
     # a folder each: MetaSchedule's RemoveBuildArtifact callback deletes the artifact's folder
     path = os.path.join(tempfile.mkdtemp(dir=out_dir), "candidate.so")

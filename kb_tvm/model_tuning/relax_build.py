@@ -45,8 +45,9 @@ def prepare(mod, target):
 def build(mod, target, database=None):
     """A VM executable of a `prepare`d module: the database's records applied (MetaSchedule's
     MetaScheduleApplyDatabase), TVM's default schedules for the rest (dlight on GPUs), then
-    Relax's lowering for the target. Under `build_config(target)`: a CUDA tensor-core record
-    tuned under merged shared memory would not lower without it. Not `compile_relax`, which
+    Relax's lowering for the target. TIR lowers with `build_config` per function, as each
+    kernel was built when it was tuned: on CUDA a tensor-core record needs merged shared memory
+    to lower, and dlight's reductions fail under it. Not `compile_relax`, which
     would fuse the prepared module again before applying the records and so change the
     functions the records were tuned for."""
     import tvm
@@ -55,7 +56,7 @@ def build(mod, target, database=None):
     from tvm.s_tir import dlight as dl
     from tvm.s_tir import meta_schedule as ms
 
-    from ..measure.targets import build_config
+    from ..measure.targets import register_tir_pipeline
 
     database = database if database is not None else ms.database.MemoryDatabase()
     try:
@@ -75,5 +76,5 @@ def build(mod, target, database=None):
                                           dl.gpu.GeneralReduction(), dl.gpu.Fallback())(mod)
         return tvm.transform.Sequential(lower)(mod)
 
-    with target, database, tvm.transform.PassContext(opt_level=3, config=build_config(target)):
-        return relax.build(mod, target=target, relax_pipeline=tuned_pipeline)
+    with target, database, tvm.transform.PassContext(opt_level=3):
+        return relax.build(mod, target=target, relax_pipeline=tuned_pipeline, tir_pipeline=register_tir_pipeline())

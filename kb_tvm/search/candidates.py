@@ -75,7 +75,7 @@ class CandidateFactory:
         # GPU builds fail often (tensor-core spaces: most stock candidates); lowering without
         # codegen catches those failures in ~20 ms, far cheaper than a build + run slot
         self.verify = context.target.kind.name == "cuda"
-        self.pass_config = build_config(context.target)  # lowering is verified as the builds run it
+        self.pass_config = build_config  # (target, mod) -> pass options; bench_yield compares TVM's defaults
         self.workers = self.num_cores
         self.executor = ThreadPoolExecutor(self.workers, thread_name_prefix="kb-search")
         self._local = threading.local()
@@ -244,7 +244,8 @@ class CandidateFactory:
         return self.tile_plans[space_index]
 
     def _verify(self, sch) -> tuple[object | None, str | None]:
-        if self.verify and not lowers_cleanly(sch.mod, self.ctx.target, self.pass_config):
+        # lowering is verified as the builds run it
+        if self.verify and not lowers_cleanly(sch.mod, self.ctx.target, self.pass_config(self.ctx.target, sch.mod)):
             return None, "verify"
         return sch, None
 
