@@ -43,6 +43,7 @@ from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerResul
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy, SearchStrategy
 from tvm.s_tir.meta_schedule.space_generator import PostOrderApply, PySpaceGenerator
 from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler
+from tvm.s_tir.schedule import ScheduleError
 
 from . import allocation, warm_start
 from .budget import TuningBudget
@@ -361,7 +362,7 @@ class KBTaskScheduler(PyTaskScheduler):
     """
 
     def __init__(self, *, budget: str | float | TuningBudget, floor_share: float = 0.02,
-                 retire_below: float = 1e-4, on_event: Callable[[dict], None] | None = None,
+                 min_gain_left: float = 0.01, on_event: Callable[[dict], None] | None = None,
                  earlier: list[allocation.TaskStats] | None = None,
                  default_latency: dict[str, float] | None = None,
                  experience: Experience | None = None) -> None:
@@ -369,11 +370,11 @@ class KBTaskScheduler(PyTaskScheduler):
                "must be a kb_tvm.Experience or None")
         self.experience = experience
         _check("floor_share", floor_share, 0.0 <= floor_share < 1.0, "must be a fraction in [0, 1)")
-        _check("retire_below", retire_below, retire_below >= 0.0, "must be >= 0")
+        _check("min_gain_left", min_gain_left, 0.0 <= min_gain_left < 1.0, "must be a fraction in [0, 1)")
         # each task's search reads its own clock (TaskClock), which this scheduler keeps
         self.budget = (budget if isinstance(budget, TuningBudget) else TuningBudget(budget)).share_among_tasks()
         self.floor_share = floor_share
-        self.retire_below = retire_below
+        self.min_gain_left = min_gain_left
         self.on_event = on_event
         self.stats: list[allocation.TaskStats] = []
         self.earlier = {t.name: t for t in earlier or []}  # a resumed job's tasks, by name
@@ -407,8 +408,9 @@ class KBTaskScheduler(PyTaskScheduler):
                 self._emit("retire", task=self.stats[index].name, why="its search stopped")
         if self.budget.exhausted:
             return self._finish("budget spent")
-        choice = allocation.choose_next(self.stats, default_batch_seconds=10.0, floor_share=self.floor_share,
-                                        retire_below=self.retire_below)
+        choice = allocation.choose_next(self.stats, default_batch_seconds=10.0,
+                                        seconds_left=self.budget.remaining, floor_share=self.floor_share,
+                                        min_gain_left=self.min_gain_left)
         for index, why in choice.revived.items():
             self.stats[index].retired = None
             self.stats[index].revivals += 1
@@ -667,6 +669,19 @@ def _workload_key(workload) -> int:
     return int(structural_hash(workload.mod))
 
 
+def _sketches(family, mod, attempts: int = 3) -> list:
+    """A family's sketches, or none. TVM 0.27's rules can fail on a random compute location
+    (seen: "not a stage pipeline" on a ResNet-50 conv + relu, which ended a stock run); the
+    context's random state moves on, so another attempt draws again."""
+    for attempt in range(attempts):
+        try:
+            return list(family.generate_design_space(mod))
+        except ScheduleError as err:
+            logging.getLogger("kb_tvm").warning("design space attempt %d of %d failed: %s", attempt + 1, attempts,
+                           str(err).strip().splitlines()[0])
+    return []
+
+
 @derived_object
 class TensorCoreSpace(PySpaceGenerator):
     """DefaultCUDATensorCore's sketches, plus bf16 WMMA, plus the WMMA sketches again with
@@ -690,7 +705,9 @@ class TensorCoreSpace(PySpaceGenerator):
             family._initialize_with_tune_context(context)
 
     def generate_design_space(self, mod):
-        unpipelined, pipelined = (family.generate_design_space(mod) for family in self._families)
+        unpipelined, pipelined = (_sketches(family, mod) for family in self._families)
+        if not unpipelined and not pipelined:
+            raise ScheduleError(f"no design space: every attempt failed ({self._families[0]})")
         # the pipelined family differs only where a WMMA rule applied: a model's other tasks
         # (layer norm, softmax, casts) would get every sketch twice
         spaces = list(unpipelined) + [sch for sch in pipelined if "wmma" in str(sch.trace)]

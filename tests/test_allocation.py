@@ -8,7 +8,7 @@ def simulate(tasks, latency_curves, budget_seconds, batch_seconds=10.0, **kwargs
     spent = 0.0
     picks = []
     while spent < budget_seconds:
-        choice = choose_next(tasks, default_batch_seconds=batch_seconds, **kwargs)
+        choice = choose_next(tasks, default_batch_seconds=batch_seconds, seconds_left=budget_seconds - spent, **kwargs)
         for index in choice.revived:  # as KBTaskScheduler does
             tasks[index].retired = None
             tasks[index].revivals += 1
@@ -39,7 +39,7 @@ def test_the_hot_task_gets_more_seconds_and_trivial_ones_only_a_floor():
 def test_retired_tasks_get_no_more_seconds():
     tasks = [TaskStats("matmul", weight=1, flop=1e9), TaskStats("conv2d", weight=1, flop=1e9)]
     curves = [[5e-3] * 60, [5e-3 * 0.85**k for k in range(60)]]  # the matmul never improves
-    picks, _ = simulate(tasks, curves, budget_seconds=400, retire_below=1e-3)
+    picks, _ = simulate(tasks, curves, budget_seconds=400, min_gain_left=0.2)
     assert tasks[0].retired is not None and "expected gain" in tasks[0].retired
     retired_at = max(i for i, p in enumerate(picks) if p == 0)
     assert all(p == 1 for p in picks[retired_at + 1:]) and len(picks) > retired_at + 1
@@ -47,9 +47,26 @@ def test_retired_tasks_get_no_more_seconds():
 
 def test_nothing_worth_seconds_ends_the_allocation():
     tasks = [TaskStats("matmul", weight=1, flop=1e9)]
-    picks, spent = simulate(tasks, [[5e-3] * 40], budget_seconds=1000, retire_below=0.01)
+    picks, spent = simulate(tasks, [[5e-3] * 40], budget_seconds=1000, min_gain_left=0.5)
     assert tasks[0].retired and spent < 1000
-    assert choose_next(tasks, default_batch_seconds=10).task is None
+    assert choose_next(tasks, default_batch_seconds=10, seconds_left=300).task is None
+
+
+def test_the_retirement_floor_weighs_the_seconds_left():
+    # the 10-min CPU run: the MLP, 40% of model time, gaining ~1e-4 of model time per second;
+    # that pays with 500 s left and does not with 30 s left
+    def tasks():
+        mlp = TaskStats("fused_matmul3_erf", weight=1, flop=1e9, latency_default=4e-5)
+        rest = TaskStats("fused_conv2d", weight=1, flop=1e9, latency_default=6e-5)
+        for task in (mlp, rest):
+            task.record_batch(10.0, 16, task.latency_default)
+            task.improvements = [0.001] * 18  # a long, flat tail: the prior has faded
+        return [mlp, rest]
+    early = choose_next(tasks(), default_batch_seconds=10, seconds_left=500)
+    assert early.task is not None and early.retired == {}
+    assert 5e-5 < early.gain_per_second[0] < 2e-4
+    late = choose_next(tasks(), default_batch_seconds=10, seconds_left=30)
+    assert late.task is None and "in the 30 s left" in late.retired[0]
 
 
 def test_similar_tasks_inform_each_others_predicted_improvement():
@@ -70,7 +87,7 @@ def test_similar_tasks_inform_each_others_predicted_improvement():
 def test_failed_first_batch_retires_the_task():
     tasks = [TaskStats("matmul", 1, 1e9)]
     tasks[0].record_batch(10.0, 8, None)
-    choice = choose_next(tasks, default_batch_seconds=10)
+    choice = choose_next(tasks, default_batch_seconds=10, seconds_left=300)
     assert choice.task is None and "no candidate built" in choice.retired[0]
 
 
@@ -79,12 +96,12 @@ def test_default_schedule_timings_let_trivial_tasks_skip_tuning_and_order_the_ho
     tasks = [TaskStats("transpose", weight=2, flop=1e4, latency_default=1e-6),
              TaskStats("fused_matmul_add", weight=1, flop=1e9, latency_default=1.6e-3),
              TaskStats("softmax", weight=1, flop=1e8, latency_default=4e-4)]
-    choice = choose_next(tasks, default_batch_seconds=10)
+    choice = choose_next(tasks, default_batch_seconds=10, seconds_left=300)
     assert choice.task == 1 and choice.why.startswith("first batch")  # the most model time first
     assert set(choice.retired) == {0} and "default schedule" in choice.retired[0]
     tasks[0].retired = choice.retired[0]
     tasks[1].record_batch(10.0, 16, 0.4e-3)
-    assert choose_next(tasks, default_batch_seconds=10).task == 2
+    assert choose_next(tasks, default_batch_seconds=10, seconds_left=300).task == 2
     assert tasks[0].batches == 0  # kept its default schedule, no seconds spent
 
 
@@ -104,7 +121,7 @@ def test_curves_borrowed_from_similar_workloads_tuned_before_steer_the_allocatio
     flat.borrowed_improvements = [[0.01, 0.0, 0.0]]
     for task in (promising, flat):
         task.record_batch(10.0, 16, 1e-3)
-    choice = choose_next([flat, promising], default_batch_seconds=10)
+    choice = choose_next([flat, promising], default_batch_seconds=10, seconds_left=300)
     assert choice.task == 1 and choice.gain_per_second[1] > 10 * choice.gain_per_second[0]
 
 
@@ -114,13 +131,13 @@ def test_a_task_skipped_as_trivial_gets_seconds_once_the_others_made_it_a_bottle
     tasks = [TaskStats("fused_matmul_big", weight=1, flop=1e10, latency_default=10e-3),
              TaskStats("fused_matmul_small", weight=1, flop=1e7, latency_default=0.15e-3)]
     curves = [[10e-3 * 0.5**k for k in range(5)] + [0.5e-3] * 40, [0.15e-3 * 0.8**k for k in range(40)]]
-    first = choose_next(tasks, default_batch_seconds=10)
+    first = choose_next(tasks, default_batch_seconds=10, seconds_left=300)
     assert first.task == 0 and first.retired[1].startswith("trivial")
     picks, _ = simulate(tasks, curves, budget_seconds=300)
     assert tasks[1].batches >= 2 and tasks[1].latency < 0.15e-3
     assert picks.index(1) == 2  # once the big one went 10 -> 5 ms: the small one is then 2.9%
     tasks[0].latency, tasks[1].retired = 10e-3, "trivial: 1.5% of model time"  # were the big one slow again
-    assert choose_next(tasks, default_batch_seconds=10).revived == {}
+    assert choose_next(tasks, default_batch_seconds=10, seconds_left=300).revived == {}
 
 
 def test_a_revived_task_whose_search_cannot_match_its_default_gets_two_batches_not_more():
