@@ -90,6 +90,27 @@ def test_a_dynamic_export_tunes_once_its_axes_are_pinned(tmp_path):
     assert report["numerics"]["ok"] and report["numerics"]["checked_against"].startswith("onnxruntime")
 
 
+def test_integer_example_inputs_are_valid_ids_and_a_mask_that_masks():
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    from kb_tvm.model_tuning import example_inputs, onnxruntime_outputs
+
+    table = helper.make_tensor("table", TensorProto.FLOAT, [2, 3], [0, 0, 0, 1, 1, 1])  # a 2-token vocabulary
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["y"])], "g",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 8]),
+         helper.make_tensor_value_info("scale", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=[table])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    ids, scale = example_inputs(model)
+    assert ids.dtype == np.int64 and scale.dtype == np.float32
+    assert ids.tolist() == [[1, 1, 1, 1, 1, 1, 0, 0]]  # a padded tail, ids valid for any vocabulary
+    (out,), _ = onnxruntime_outputs(model, [ids, scale])
+    assert out[0, :, 0].tolist() == [1, 1, 1, 1, 1, 1, 0, 0]
+
+
 def test_slow_models_are_timed_with_fewer_calls():
     from kb_tvm.model_tuning.profiling import calls_for
 

@@ -71,6 +71,9 @@ def _pin(graph_input, dims: tuple[int, ...]) -> None:
 
 
 def example_inputs(model, seed: int = 0) -> list[np.ndarray]:
+    """One input per graph input: floats uniform in [-1, 1]; integers and booleans 1 with the
+    last quarter of the last axis 0, a padded batch. Ids 0 and 1 are valid in any vocabulary,
+    and an attention mask so made masks something (all ones would leave the mask path untried)."""
     from onnx import helper
 
     initializers = {init.name for init in model.graph.initializer}
@@ -80,9 +83,15 @@ def example_inputs(model, seed: int = 0) -> list[np.ndarray]:
         if graph_input.name in initializers:
             continue
         tensor_type = graph_input.type.tensor_type
-        dtype = helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
         shape = [d.dim_value for d in tensor_type.shape.dim]
-        arrays.append(rng.uniform(-1, 1, size=shape).astype(dtype))
+        if dtype.kind in "iub":
+            array = np.ones(shape, dtype=dtype)
+            if shape:
+                array[..., shape[-1] - shape[-1] // 4:] = 0
+            arrays.append(array)
+        else:
+            arrays.append(rng.uniform(-1, 1, size=shape).astype(dtype))
     return arrays
 
 

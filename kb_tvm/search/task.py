@@ -148,7 +148,10 @@ class TaskSearch:
         chunk, wanted = 8 * self.factory.workers, self.opt.coarse_samples_per_space
         found, tries = [0] * len(self.factory.spaces), [0] * len(self.factory.spaces)
         # round robin, each space's first chunk regardless of the deadline: a deadline that
-        # runs out must not leave the later design spaces unsampled (they were, one space at a time)
+        # runs out must not leave the later design spaces unsampled (they were, one space at a time).
+        # That first chunk is one sample per worker: a ResNet-50 conv's WMMA samples cost ~0.3 s
+        # each on 16 cores, and first chunks of 8 per worker took 160 s of an 8-min model budget
+        first_chunk = self.factory.workers
         while True:
             open_spaces = [s for s in range(len(found)) if found[s] < wanted and tries[s] < 8 * wanted]
             if not open_spaces:
@@ -156,7 +159,7 @@ class TaskSearch:
             for space_index in open_spaces:
                 if tries[space_index] and time.monotonic() >= deadline:
                     continue
-                asked = min(chunk, wanted - found[space_index])
+                asked = min(chunk if tries[space_index] else first_chunk, wanted - found[space_index])
                 tries[space_index] += asked
                 made = self.factory.sample(space_index, asked)
                 self.pool += made
