@@ -11,6 +11,7 @@ and latency.png land under --out, and summary.json compares the end-to-end laten
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -56,9 +57,12 @@ def run_side_by_side(commands: dict[str, list[str]], out: Path, *, on_gpus: bool
     return {label: proc.returncode for label, (proc, _) in procs.items()}, parallel
 
 
-def _command(model, strategy, budget, target, work_dir, seed, trials_per_batch) -> list[str]:
+def _command(model, strategy, budget, target, work_dir, seed, trials_per_batch, precision,
+             input_shapes) -> list[str]:
     command = [sys.executable, "-m", "kb_tvm.cli", "tune", str(model), "--budget", budget, "--strategy", strategy,
-               "--work-dir", str(work_dir), "--seed", str(seed)]
+               "--work-dir", str(work_dir), "--seed", str(seed), "--precision", precision]
+    for shape in input_shapes:
+        command += ["--input-shape", shape]
     if target:
         command += ["--target", target]
     if trials_per_batch:
@@ -73,9 +77,11 @@ def _command(model, strategy, budget, target, work_dir, seed, trials_per_batch) 
 @click.option("--out", required=True, type=click.Path(file_okay=False))
 @click.option("--seed", default=0, show_default=True)
 @click.option("--trials-per-batch", type=int, default=None)
+@click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), default="fp32", show_default=True)
+@click.option("--input-shape", "input_shapes", multiple=True, help="As for kb-tvm tune (repeatable).")
 @click.option("--work-root", type=click.Path(file_okay=False), default=None,
               help="Where the two work dirs go (records, model.so). Default: --out.")
-def main(model, budget, target, out, seed, trials_per_batch, work_root) -> None:
+def main(model, budget, target, out, seed, trials_per_batch, precision, input_shapes, work_root) -> None:
     """Tune MODEL with kb and with stock MetaSchedule at the same budget; compare."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -84,10 +90,12 @@ def main(model, budget, target, out, seed, trials_per_batch, work_root) -> None:
     for strategy in STRATEGIES:
         work_dir = Path(work_root or out) / f"work-{strategy}"
         shutil.rmtree(work_dir, ignore_errors=True)
-        commands[strategy] = _command(model, strategy, budget, target, work_dir, seed, trials_per_batch)
+        commands[strategy] = _command(model, strategy, budget, target, work_dir, seed, trials_per_batch,
+                                      precision, input_shapes)
     exit_codes, parallel = run_side_by_side(commands, out, on_gpus=target != "llvm")
     cpus = len(os.sched_getaffinity(0))
-    summary = {"model": str(model), "budget": budget, "target": target, "side_by_side": parallel,
+    summary = {"model": str(model), "budget": budget, "target": target, "precision": precision,
+               "side_by_side": parallel,
                "cpus_each": cpus // 2 if parallel else cpus, "runs": {}}
     for strategy, exit_code in exit_codes.items():
         work_dir = Path(work_root or out) / f"work-{strategy}"
@@ -96,6 +104,10 @@ def main(model, budget, target, out, seed, trials_per_batch, work_root) -> None:
             report = json.loads(report_path.read_text())
             for name in ("report.json", "report.md", "latency.png"):
                 shutil.copy(work_dir / name, out / f"{strategy}-{name}")
+            if (work_dir / "candidates.jsonl").exists():  # every measured candidate, kept as data
+                with open(work_dir / "candidates.jsonl", "rb") as src, \
+                        gzip.open(out / f"{strategy}-candidates.jsonl.gz", "wb") as dst:
+                    shutil.copyfileobj(src, dst)
             summary["runs"][strategy] = {k: report[k] for k in (
                 "latency_untuned_ms", "latency_tuned_ms", "speedup", "seconds_spent", "trials", "numerics")}
         summary["runs"].setdefault(strategy, {})["exit_code"] = exit_code

@@ -97,7 +97,7 @@ def _export(model, args: tuple, path: Path, input_names: list[str], output_name:
 
 def _last_hidden_state(bert):
     """BertModel wrapped so that the export has one output, last_hidden_state. The [batch, seq]
-    attention mask becomes BERT's additive mask here ((1 - mask) x float32 min, broadcast over
+    attention mask becomes BERT's additive mask here ((1 - mask) x the dtype's min, broadcast over
     heads and queries: what BertModel itself made of it before transformers 5, which now builds
     it with index arithmetic that TVM 0.27's ONNX importer rejects); transformers 5 takes a 4D mask
     as it is, 4.x makes the same one from the 2D mask."""
@@ -113,41 +113,49 @@ def _last_hidden_state(bert):
 
         def forward(self, input_ids, attention_mask):
             if takes_4d:
-                keep = attention_mask[:, None, None, :].to(torch.float32)
-                attention_mask = (1.0 - keep) * torch.finfo(torch.float32).min
+                dtype = self.bert.dtype  # float32 when exported; float16 in the torch baselines
+                keep = attention_mask[:, None, None, :].to(dtype)
+                attention_mask = (1.0 - keep) * torch.finfo(dtype).min
             return self.bert(input_ids=input_ids, attention_mask=attention_mask,
                              token_type_ids=torch.zeros_like(input_ids)).last_hidden_state
 
     return LastHiddenState().eval()
 
 
-def export_resnet(name: str, out: str | Path, *, batch: int = 1, image: int = 224, seed: int = 0) -> Export:
-    """torchvision's `name` (resnet18 ... resnet152) with random weights, input `input`
-    [batch, 3, image, image] (batch dynamic), output `logits` [batch, 1000]."""
+def resnet_module(name: str, *, batch: int = 1, image: int = 224, seed: int = 0):
+    """torchvision's `name` (resnet18 ... resnet152) with random weights from `seed`, in eval
+    mode, and an example input [batch, 3, image, image]."""
     if name not in RESNETS:
         raise ValueError(f"unknown ResNet {name!r}; one of {', '.join(RESNETS)}")
     torch, torchvision = _require("torch", "torchvision")
     torch.manual_seed(seed)
     model = getattr(torchvision.models, name)(weights=None).eval()
-    x = torch.randn(batch, 3, image, image)
-    return _export(model, (x,), out, ["input"], "logits", {"input": {0: "batch"}, "logits": {0: "batch"}})
+    return model, (torch.randn(batch, 3, image, image),)
+
+
+def export_resnet(name: str, out: str | Path, *, batch: int = 1, image: int = 224, seed: int = 0) -> Export:
+    """`resnet_module` exported: input `input` [batch, 3, image, image] (batch dynamic), output
+    `logits` [batch, 1000]."""
+    model, args = resnet_module(name, batch=batch, image=image, seed=seed)
+    return _export(model, args, out, ["input"], "logits", {"input": {0: "batch"}, "logits": {0: "batch"}})
 
 
 def bert_config(*, layers: int = 12, hidden: int = 768, heads: int = 12, ffn: int | None = None,
-                vocab: int = 30522, max_positions: int = 512):
-    """A transformers.BertConfig: BERT-base (bert-base-uncased's shape) unless told otherwise."""
+                vocab: int = 30522, max_positions: int = 512, attention: str = "eager"):
+    """A transformers.BertConfig: BERT-base (bert-base-uncased's shape) unless told otherwise.
+    attention: "eager" exports (TVM's importer takes it), "sdpa" is what transformers runs by default."""
     if hidden % heads:
         raise ValueError(f"hidden={hidden} must be a multiple of heads={heads}")
     (transformers,) = _require("transformers")
     return transformers.BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
                                    num_attention_heads=heads, intermediate_size=ffn or 4 * hidden,
-                                   max_position_embeddings=max_positions, attn_implementation="eager")
+                                   max_position_embeddings=max_positions, attn_implementation=attention)
 
 
-def export_bert(out: str | Path, *, batch: int = 1, seq: int = 128, config=None, seed: int = 0) -> Export:
-    """A Hugging Face BertModel encoder (no pooler) with random weights from `config` (default:
-    BERT-base): inputs `input_ids` and `attention_mask` [batch, seq] int64, output
-    `last_hidden_state` [batch, seq, hidden], batch and sequence dynamic."""
+def bert_module(*, batch: int = 1, seq: int = 128, config=None, seed: int = 0):
+    """A Hugging Face BertModel encoder (no pooler, one output: last_hidden_state) with random
+    weights from `config` (default: BERT-base) and `seed`, and example (input_ids,
+    attention_mask) [batch, seq] int64 whose last quarter is padding."""
     torch, transformers = _require("torch", "transformers")
     config = config if config is not None else bert_config()
     if seq > config.max_position_embeddings:
@@ -157,8 +165,15 @@ def export_bert(out: str | Path, *, batch: int = 1, seq: int = 128, config=None,
     input_ids = torch.randint(0, config.vocab_size, (batch, seq), dtype=torch.int64)
     attention_mask = torch.ones(batch, seq, dtype=torch.int64)
     attention_mask[:, seq - seq // 4:] = 0  # padded tail, so the export is checked with a real mask
+    return model, (input_ids, attention_mask)
+
+
+def export_bert(out: str | Path, *, batch: int = 1, seq: int = 128, config=None, seed: int = 0) -> Export:
+    """`bert_module` exported: inputs `input_ids` and `attention_mask` [batch, seq] int64, output
+    `last_hidden_state` [batch, seq, hidden], batch and sequence dynamic."""
+    model, args = bert_module(batch=batch, seq=seq, config=config, seed=seed)
     axes = {0: "batch", 1: "sequence"}
-    return _export(model, (input_ids, attention_mask), out, ["input_ids", "attention_mask"], "last_hidden_state",
+    return _export(model, args, out, ["input_ids", "attention_mask"], "last_hidden_state",
                    {"input_ids": axes, "attention_mask": axes, "last_hidden_state": axes})
 
 
