@@ -58,6 +58,7 @@ from .measure.candidate_log import (
     summed_maxed,
 )
 from .measure.pipeline import BuildPool, Measurer
+from .measure.remote import RemoteMeasurer
 from .measure.records import merged_seconds, record_latency
 from .measure.timing import TimingPolicy
 from .measure.workers import cuda_compiler
@@ -323,6 +324,7 @@ class CandidateRecorder(PyMeasureCallback):
                 task=str(ctx.task_name), workload=workload, target=target, sketch=sketch_key(trace), trace=trace,
                 latency_s=latency, error=None if error is None else error[:500],
                 build_s=_seconds(built_in[i]), run_s=_seconds(ran_in[i]), run_verdict=_verdict(ran_in[i]),
+                measured_on=_server(ran_in[i]),
                 job_s=job_s, batch=self.batches,
                 features=summed_maxed(features[i]) if i < len(features) else None, strategy=self.strategy))
         self.log.append(rows)
@@ -338,6 +340,11 @@ def _reported_outcomes(part, count: int) -> list:
 
 def _seconds(outcome) -> float | None:
     return None if outcome is None else round(outcome.seconds, 4)
+
+
+def _server(outcome) -> str | None:
+    value = None if outcome is None else outcome.value
+    return value.get("server") if isinstance(value, dict) else None
 
 
 def _verdict(outcome) -> str | None:
@@ -520,17 +527,22 @@ def _signature(args_info) -> tuple:
 @derived_object
 class KBRunner(PyRunner):
     """Times built candidates in one persistent measuring process for `device` ("cpu" or "cuda",
-    index `device_id`): arguments allocated once per task, repeats adapted to the latency under
+    index `device_id`), or, given `tracker` (HOST:PORT) and `key`, on every server registered
+    there (`measure/remote.py`): arguments allocated once per task, repeats adapted to the latency under
     `policy`, a median per candidate (one record each), and candidates 3x slower than the best
     stopped early (recorded as measured, not failed). A candidate that crashes or hangs fails
     alone: the process is restarted and the tune goes on. `run` returns at once; its futures
     resolve as the candidates are timed, one after another."""
 
     def __init__(self, *, device: str = "cpu", device_id: int = 0, policy: TimingPolicy | None = None,
-                 timeout_s: float = 60.0) -> None:
+                 timeout_s: float = 60.0, tracker: str | None = None, key: str | None = None) -> None:
         super().__init__()
         _check("device", device, device in ("cpu", "cuda"), 'must be "cpu" or "cuda"')
-        self.measurer = Measurer(device_type=device, device_id=device_id, policy=policy, timeout_s=timeout_s)
+        _check("key", key, (tracker is None) == (key is None), "goes with tracker (HOST:PORT), both or neither")
+        if tracker is not None:  # every server under the key at a TVM RPC tracker (raises TrackerError)
+            self.measurer = RemoteMeasurer(tracker=tracker, key=key, device_type=device, policy=policy)
+        else:
+            self.measurer = Measurer(device_type=device, device_id=device_id, policy=policy, timeout_s=timeout_s)
         self._batch: list = []  # the last batch's measurement futures
         self._prefetched: dict[str, tuple[tuple, object]] = {}  # artifact -> (signature, future)
         # start the measuring process now: the first batch should not pay TVM's import

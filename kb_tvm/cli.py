@@ -54,6 +54,42 @@ def _pipeline_option(command):
                         "MetaSchedule's LocalBuilder/LocalRunner (to separate pipeline from search).")(command)
 
 
+def _rpc_options(command):
+    command = click.option("--key", default=None,
+                           help="With --rpc: the key the measuring servers registered under.")(command)
+    return click.option(
+        "--rpc", "tracker", default=None, metavar="HOST:PORT",
+        help="Measure on every server registered at this TVM RPC tracker under --key (start them with "
+        "`kb-tvm worker`); builds stay here.")(command)
+
+
+def _rpc_runner(tracker, key, target, pipeline):
+    """The runner that measures through the tracker, or None (local). One line when the tracker or
+    its servers are missing."""
+    if tracker is None and key is None:
+        return None
+    if tracker is None or key is None:
+        _fail("--rpc HOST:PORT and --key KEY go together")
+    from .measure.remote import TrackerError, parse_tracker, servers_under, tracker_summary
+
+    try:
+        host, port = parse_tracker(tracker)
+        if pipeline == "stock":  # MetaSchedule's own: a session per candidate, as many at once as servers
+            from tvm.s_tir import meta_schedule as ms
+
+            servers, _ = servers_under(tracker_summary(tracker), key)
+            if servers == 0:
+                raise TrackerError(f"no RPC server under key {key!r} at tracker {tracker}")
+            config = ms.runner.RPCConfig(tracker_host=host, tracker_port=port, tracker_key=key,
+                                         session_timeout_sec=60)
+            return ms.runner.RPCRunner(config, max_workers=servers)
+        from .adapter import KBRunner
+
+        return KBRunner(device="cuda" if target.kind.name == "cuda" else "cpu", tracker=tracker, key=key)
+    except (ValueError, TrackerError) as err:
+        _fail(str(err))
+
+
 def _seed_options(command):
     command = click.option(
         "--repeatable", is_flag=True,
@@ -124,8 +160,9 @@ def list_ops() -> None:
 @_seed_options
 @click.option("--json-out", type=click.Path(dir_okay=False), default=None, help="Also write the result here.")
 @_experience_options
+@_rpc_options
 def tune_op(name, budget, target, work_dir, strategy, pipeline, trials_per_batch, max_trials, seed, repeatable,
-            json_out, experience_dir, no_experience) -> None:
+            json_out, experience_dir, no_experience, tracker, key) -> None:
     """Tune the operator workload NAME (see `kb-tvm ops`) within a wall-clock budget."""
     from kb_tvm.workloads import get_workload
 
@@ -144,8 +181,10 @@ def tune_op(name, budget, target, work_dir, strategy, pipeline, trials_per_batch
     experience = _experience(experience_dir, no_experience, strategy)
     work_dir = Path(work_dir or Path("kb-work") / f"{name}-{strategy}")
     _writable_dir(work_dir)
+    runner = _rpc_runner(tracker, key, tvm_target, pipeline)
     click.echo(f"tuning {name} ({workload.description}) on {describe(tvm_target)} with {strategy} "
-               f"({pipeline} pipeline), budget {format_seconds(parse_budget(budget))}, work dir {work_dir}")
+               f"({pipeline} pipeline{_where(runner, tracker, key)}), budget {format_seconds(parse_budget(budget))}, "
+               f"work dir {work_dir}")
 
     def progress(point: dict) -> None:
         best = point["best_ms"]
@@ -154,10 +193,16 @@ def tune_op(name, budget, target, work_dir, strategy, pipeline, trials_per_batch
         click.echo(f"[{format_seconds(point['seconds']):>7} {used:4.0%}] trials {point['trials']:4d} "
                    f"(failed {point['failed']})  best {shown}")
 
-    result = tune_operator(workload, target=tvm_target, budget=budget, work_dir=work_dir, strategy=strategy,
-                           pipeline=pipeline, trials_per_batch=trials_per_batch, max_trials=max_trials, seed=seed,
-                           repeatable=repeatable, on_progress=progress, on_event=_show_event, quiet=True,
-                           experience=experience)
+    try:
+        result = tune_operator(workload, target=tvm_target, budget=budget, work_dir=work_dir, strategy=strategy,
+                               pipeline=pipeline, trials_per_batch=trials_per_batch, max_trials=max_trials,
+                               seed=seed, repeatable=repeatable, on_progress=progress, on_event=_show_event,
+                               quiet=True, experience=experience, runner=runner)
+    except Exception as err:  # noqa: BLE001 - the tracker going away surfaces through MetaSchedule
+        _measuring_lost(err, work_dir)
+        raise
+    finally:
+        _close(runner)
     if result.final_ms is None:
         _fail(f"no candidate of {name} built and ran in {format_seconds(result.seconds)}; see {work_dir}/logs")
     click.echo(f"best {result.final_ms:.4f} ms ({result.gflops:.1f} GFLOP/s, re-timed), "
@@ -167,6 +212,29 @@ def tune_op(name, budget, target, work_dir, strategy, pipeline, trials_per_batch
                + (f"  decision log: {work_dir}/kb_logs/" if strategy == "kb" else ""))
     if json_out:
         Path(json_out).write_text(json.dumps(result.to_json(), indent=1))
+
+
+def _where(runner, tracker, key) -> str:
+    if runner is None:
+        return ""
+    servers = getattr(getattr(runner, "measurer", None), "live", None)
+    return f"; measuring at tracker {tracker}, key {key}" + (f", {servers} servers" if servers is not None else "")
+
+
+def _measuring_lost(err: Exception, work_dir: Path, resumable: bool = False) -> None:
+    """One line when measuring became impossible (tracker and servers gone); else nothing."""
+    from .measure.remote import TrackerError
+
+    text = str(err)
+    if isinstance(err, TrackerError) or "TrackerError" in text:
+        why = next((line for line in text.splitlines() if "TrackerError" in line), text.splitlines()[0])
+        _fail(f"{why.split('TrackerError:', 1)[-1].strip()}. Records are kept in {work_dir}"
+              + ("; `--resume` continues once servers are back" if resumable else ""))
+
+
+def _close(runner) -> None:
+    if runner is not None and hasattr(runner, "close"):
+        runner.close()
 
 
 def _writable_dir(work_dir: Path) -> None:
@@ -201,8 +269,9 @@ def _writable_dir(work_dir: Path) -> None:
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=DIMS",
               help="Pin an input's dynamic axes, e.g. input_ids=1x128 (repeat for each input).")
 @_experience_options
+@_rpc_options
 def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, repeatable, strategy, pipeline,
-                       resume, precision, input_shapes, experience_dir, no_experience) -> None:
+                       resume, precision, input_shapes, experience_dir, no_experience, tracker, key) -> None:
     """Tune an ONNX model within a wall-clock budget; export a library and a report."""
     _check_repeatable(repeatable, seed, strategy)
     from .measure.targets import describe, make_target
@@ -225,9 +294,10 @@ def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, 
     except ValueError as err:  # ModelError included
         _fail(str(err))
     _writable_dir(work_dir)
+    runner = _rpc_runner(tracker, key, tvm_target, pipeline)
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)  # progress lines instead
-    click.echo(f"tuning {model} in {precision} on {describe(tvm_target)} ({pipeline} pipeline), "
-               f"budget {format_seconds(parse_budget(budget))}, work dir {work_dir}")
+    click.echo(f"tuning {model} in {precision} on {describe(tvm_target)} ({pipeline} pipeline"
+               f"{_where(runner, tracker, key)}), budget {format_seconds(parse_budget(budget))}, work dir {work_dir}")
 
     def show(record: dict) -> None:
         event = record["event"]
@@ -245,10 +315,15 @@ def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, 
     try:
         report = tune_model(onnx_model, name=str(model), target=tvm_target, budget=budget, work_dir=work_dir,
                             trials_per_batch=trials_per_batch, seed=seed, repeatable=repeatable, strategy=strategy,
-                            pipeline=pipeline, precision=precision,
+                            pipeline=pipeline, precision=precision, runner=runner,
                             resume=resume, experience=experience, on_event=show)
     except ModelError as err:
         _fail(str(err))
+    except Exception as err:  # noqa: BLE001 - the tracker going away surfaces through MetaSchedule
+        _measuring_lost(err, work_dir, resumable=strategy == "kb")
+        raise
+    finally:
+        _close(runner)
     click.echo(f"tuned: {report['latency_tuned_ms']:.4f} ms end to end ({report['speedup']:.2f}x), "
                f"{report['trials']} trials in {format_seconds(report['seconds_spent'])}")
     if not report["numerics"]["ok"]:
@@ -256,6 +331,35 @@ def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, 
                     f"{report['numerics']['mismatch']}", fg="red", err=True)
         sys.exit(3)
     click.echo(f"library: {report['library']}  report: {work_dir}/report.md")
+
+
+@main.command("worker")
+@click.option("--tracker", required=True, metavar="HOST:PORT", help="The TVM RPC tracker to register with.")
+@click.option("--key", required=True, help="The key tuning runs ask for (`kb-tvm tune ... --key KEY`).")
+@click.option("--device", type=click.IntRange(0), default=None,
+              help="The GPU this server measures on (CUDA_VISIBLE_DEVICES); one server per GPU.")
+@click.option("--host", default="0.0.0.0", show_default=True, help="Address the server listens on.")
+@click.option("--port", type=click.IntRange(1, 65535), default=9090, show_default=True,
+              help="First port to try; the next free one up to PORT+99 is taken.")
+def worker(tracker, key, device, host, port) -> None:
+    """Start one measuring server (TVM's rpc_server) registered at TRACKER under KEY."""
+    import os
+
+    from .measure.remote import parse_tracker
+
+    try:
+        parse_tracker(tracker)
+    except ValueError as err:
+        _fail(str(err))
+    env = dict(os.environ)
+    if device is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(device)
+    command = [sys.executable, "-m", "tvm.exec.rpc_server", "--tracker", tracker, "--key", key, "--host", host,
+               "--port", str(port), "--port-end", str(min(65536, port + 100))]
+    click.echo(f"measuring server under key {key!r} at tracker {tracker}"
+               + (f" on GPU {device}" if device is not None else "") + f": {' '.join(command)}")
+    sys.stdout.flush()
+    os.execvpe(sys.executable, command, env)  # TVM's own server, in this process
 
 
 @main.command("train-model")

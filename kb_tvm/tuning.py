@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import tempfile
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -191,7 +193,7 @@ def tune_operator(
     seconds = time.monotonic() - started
     database.compact()
     best_ms = best_record_ms(workload, target, database)
-    final_ms = time_best(workload, target, database)
+    final_ms = time_best(workload, target, database, measurer=getattr(runner, "measurer", None))
     best = final_ms if final_ms is not None else best_ms
     result = TuneResult(
         workload=workload.name, strategy=strategy, target=json.dumps(dict(target.export()), default=str),
@@ -220,12 +222,14 @@ def best_record_ms(workload, target, database) -> float | None:
     return None if latency is None else latency * 1e3
 
 
-def time_best(workload, target, database, repeat: int = 10) -> float | None:
-    """Re-time the database's best schedule on a fresh build: median of `repeat` runs, ms."""
+def time_best(workload, target, database, repeat: int = 10, measurer=None) -> float | None:
+    """Re-time the database's best schedule on a fresh build: median of `repeat` runs, ms. With
+    a RemoteMeasurer, on the devices it measures on (this machine may have no GPU)."""
     import numpy as np
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
+    from .measure.remote import RemoteMeasurer
     from .measure.targets import compile_kernel
 
     mod = workload.module()
@@ -233,6 +237,14 @@ def time_best(workload, target, database, repeat: int = 10) -> float | None:
     if sch is None:
         return None
     lib = compile_kernel(sch.mod, target)
+    if isinstance(measurer, RemoteMeasurer):
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "best.so")
+            lib.export_library(path)
+            signature = tuple(("TENSOR", str(i.dtype), tuple(int(d) for d in i.shape))
+                              for i in ms.arg_info.ArgInfo.from_prim_func(sch.mod["main"]))
+            outcome = measurer.submit(path, signature).result()
+        return None if outcome.error is not None else outcome.value["median_s"] * 1e3
     dev = tvm.cuda(0) if target.kind.name == "cuda" else tvm.cpu(0)
     rng = np.random.default_rng(0)
     args = []

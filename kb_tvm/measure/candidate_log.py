@@ -37,6 +37,7 @@ class CandidateRow:
     batch: int
     features: list[float] | None  # per-store features summed, then maxed, over its stores
     strategy: str
+    measured_on: str | None = None  # the RPC server that timed it (None: this machine); added in place
     kind: str = "candidate"
     schema: str = SCHEMA
 

@@ -62,15 +62,17 @@ def build(mod, target, out_dir: str) -> tuple[str, float, int]:
     return path, time.perf_counter() - started, os.getpid()
 
 
-def _arguments(device, signature: tuple):
-    """Random arguments for a signature of ("TENSOR", dtype, shape) tuples, made once per task."""
+def arguments(device, signature: tuple, cache: OrderedDict, fill=None):
+    """Random arguments for a signature of ("TENSOR", dtype, shape) tuples, made once per task
+    and kept in `cache` (a few tasks' worth). `fill`: TVM's random fill, the remote one for an
+    RPC device."""
     import tvm
 
     key = (device.dlpack_device_type(), device.index, signature)
-    if key in _ARGS:
-        _ARGS.move_to_end(key)
-        return _ARGS[key]
-    fill = tvm.get_global_func("tvm.contrib.random.random_fill_for_measure")
+    if key in cache:
+        cache.move_to_end(key)
+        return cache[key]
+    fill = fill or tvm.get_global_func("tvm.contrib.random.random_fill_for_measure")
     args = []
     for kind, dtype, shape in signature:
         if kind != "TENSOR":
@@ -78,9 +80,9 @@ def _arguments(device, signature: tuple):
         tensor = tvm.runtime.empty([int(d) for d in shape], dtype=str(dtype), device=device)
         fill(tensor)
         args.append(tensor)
-    _ARGS[key] = args
-    while len(_ARGS) > _KEEP_ARGS:
-        _ARGS.popitem(last=False)
+    cache[key] = args
+    while len(cache) > _KEEP_ARGS:
+        cache.popitem(last=False)
     return args
 
 
@@ -92,9 +94,16 @@ def measure(artifact: str, device_type: str, device_id: int, signature: tuple, p
     started = time.perf_counter()
     module = tvm.runtime.load_module(artifact)
     device = tvm.runtime.device(device_type, device_id)
-    args = _arguments(device, signature)
+    args = arguments(device, signature, _ARGS)
     loaded = time.perf_counter()
-    flush = "cache_flush_cpu_non_first_arg" if policy.cache_flush and device_type in ("cpu", "llvm") else ""
+    report = time_loaded(module, device, args, policy, best_s, cpu=device_type in ("cpu", "llvm"))
+    return {**report, "load_s": loaded - started, "timed_s": time.perf_counter() - loaded, "pid": os.getpid()}
+
+
+def time_loaded(module, device, args: list, policy: TimingPolicy, best_s: float | None, *, cpu: bool) -> dict:
+    """Time a loaded candidate (here or through an RPC session) under `policy`: median_s,
+    repeats, number and the verdict."""
+    flush = "cache_flush_cpu_non_first_arg" if policy.cache_flush and cpu else ""
     entry = module.entry_name
     device.sync()
     first = float(module.time_evaluator(entry, device, number=1, repeat=1, min_repeat_ms=0, f_preproc=flush)(*args).mean)
@@ -111,8 +120,7 @@ def measure(artifact: str, device_type: str, device_id: int, signature: tuple, p
                                       min_repeat_ms=0, f_preproc=flush)
         samples.extend(float(s) for s in timer(*args).results)
         why = verdict(samples, number, best_s, policy)
-    return {"median_s": statistics.median(samples), "repeats": len(samples), "number": number, "verdict": why,
-            "load_s": loaded - started, "timed_s": time.perf_counter() - loaded, "pid": os.getpid()}
+    return {"median_s": statistics.median(samples), "repeats": len(samples), "number": number, "verdict": why}
 
 
 def pid() -> int:

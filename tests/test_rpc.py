@@ -1,0 +1,137 @@
+"""Measuring through a TVM RPC tracker, on llvm: a real tracker and two real servers on
+127.0.0.1 (`kb-tvm worker`, TVM's rpc_server underneath), started here."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from kb_tvm.cli import main
+
+KEY = "kb-test"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(args):  # its own process group: TVM's server forks a child per session
+    return subprocess.Popen([sys.executable, *args], start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+def _kill(proc) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _wait_free(address, count, seconds=60):
+    """Until `count` servers under KEY are free (a closed session's server registers again)."""
+    from kb_tvm.measure.remote import TrackerError, servers_under, tracker_summary
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if servers_under(tracker_summary(address), KEY)[1] >= count:
+                return
+        except TrackerError:
+            pass
+        time.sleep(0.3)
+    raise AssertionError(f"fewer than {count} servers free at {address}")
+
+
+@pytest.fixture(scope="module")
+def tracker_with_two_servers():  # started once: TVM's import makes each server ~5 s to start here
+    port = _free_port()
+    tracker = _start(["-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port),
+                      "--port-end", str(port + 1), "--silent"])
+    address = f"127.0.0.1:{port}"
+    servers = [_start(["-m", "kb_tvm.cli", "worker", "--tracker", address, "--key", KEY, "--host", "127.0.0.1",
+                       "--port", str(_free_port())]) for _ in range(2)]
+    _wait_free(address, 2)
+    yield address, servers
+    for proc in [*servers, tracker]:
+        _kill(proc)
+
+
+def _built_kernel(tmp_path):
+    import tvm
+
+    from kb_tvm.measure.targets import compile_kernel, make_target
+    from kb_tvm.workloads import get_workload
+
+    mod = get_workload("gemm-128").module()
+    path = str(tmp_path / "gemm.so")
+    compile_kernel(tvm.s_tir.Schedule(mod).mod, make_target("llvm")).export_library(path)
+    return path, tuple(("TENSOR", "float32", (128, 128)) for _ in range(3))
+
+
+def test_tune_op_measures_on_every_server_of_the_tracker(tracker_with_two_servers, tmp_path):
+    from kb_tvm.measure.candidate_log import CandidateLog
+
+    address, _ = tracker_with_two_servers
+    _wait_free(address, 2)
+    out = tmp_path / "result.json"
+    result = CliRunner().invoke(main, ["tune-op", "gemm-128", "--target", "llvm", "--budget", "8s", "--rpc", address,
+                                       "--key", KEY, "--work-dir", str(tmp_path / "work"), "--no-experience",
+                                       "--json-out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert f"measuring at tracker {address}, key {KEY}, 2 servers" in result.output
+    rows = list(CandidateLog.read(tmp_path / "work" / "candidates.jsonl"))
+    measured = [r for r in rows if r["latency_s"] is not None]
+    assert measured and json.loads(out.read_text())["final_ms"] > 0
+    assert len({r["measured_on"] for r in measured}) == 2  # both servers timed candidates
+    assert "best" in result.output and "re-timed" in result.output  # on a server too
+
+
+def test_a_server_on_another_device_is_refused(tracker_with_two_servers):
+    from kb_tvm.measure.remote import RemoteMeasurer, TrackerError
+
+    address, _ = tracker_with_two_servers
+    _wait_free(address, 2)
+    measurer = RemoteMeasurer(tracker=address, key=KEY, device_name="NVIDIA H200")  # these servers are CPUs
+    with pytest.raises(TrackerError, match="refused: .* measures on 'cpu', this run on 'NVIDIA H200'"):
+        measurer.start()
+
+
+def test_a_server_killed_mid_batch_loses_no_candidate(tracker_with_two_servers, tmp_path):
+    """Last of the tests that share the servers: it kills one."""
+    from kb_tvm.measure.remote import RemoteMeasurer
+
+    address, servers = tracker_with_two_servers
+    _wait_free(address, 2)
+    artifact, signature = _built_kernel(tmp_path)
+    measurer = RemoteMeasurer(tracker=address, key=KEY)
+    assert measurer.start() == 2
+    futures = [measurer.submit(artifact, signature) for _ in range(40)]
+    futures[0].result(timeout=60)
+    _kill(servers[0])
+    outcomes = [f.result(timeout=120) for f in futures]
+    measurer.close()
+    assert [o.error for o in outcomes if o.error] == []  # re-queued on the other server, none failed
+    assert measurer.requeued >= 1 and measurer.live == 1
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--rpc", "127.0.0.1:{closed}", "--key", KEY], "no RPC tracker at 127.0.0.1:{closed}"),
+    (["--rpc", "nohost", "--key", KEY], "tracker 'nohost': use HOST:PORT"),
+    (["--key", KEY], "--rpc HOST:PORT and --key KEY go together"),
+])
+def test_tracker_mistakes_are_one_line_errors(tmp_path, args, message):
+    closed = _free_port()
+    args = [a.format(closed=closed) for a in args]
+    result = CliRunner().invoke(main, ["tune-op", "gemm-128", "--target", "llvm", "--budget", "5s",
+                                       "--work-dir", str(tmp_path), *args])
+    assert result.exit_code == 1
+    assert message.format(closed=closed) in result.output and len(result.output.strip().splitlines()) == 1
