@@ -689,8 +689,8 @@ def _sketches(family, mod, attempts: int = 3) -> list:
         try:
             return list(family.generate_design_space(mod))
         except ScheduleError as err:
-            logging.getLogger("kb_tvm").warning("design space attempt %d of %d failed: %s", attempt + 1, attempts,
-                           str(err).strip().splitlines()[0])
+            logging.getLogger("kb_tvm").warning("design space attempt %d of %d failed: %s", attempt + 1,
+                                                attempts, str(err).strip().splitlines()[0])
     return []
 
 
@@ -719,7 +719,7 @@ class TensorCoreSpace(PySpaceGenerator):
     def generate_design_space(self, mod):
         unpipelined, pipelined = (_sketches(family, mod) for family in self._families)
         if not unpipelined and not pipelined:
-            raise ScheduleError(f"no design space: every attempt failed ({self._families[0]})")
+            raise ScheduleError("no tensor-core design space: every attempt of both sketch families failed")
         # the pipelined family differs only where a WMMA rule applied: a model's other tasks
         # (layer norm, softmax, casts) would get every sketch twice
         spaces = list(unpipelined) + [sch for sch in pipelined if "wmma" in str(sch.trace)]
