@@ -60,7 +60,7 @@ def tracker_with_two_servers():  # started once: TVM's import makes each server 
     servers = [_start(["-m", "kb_tvm.cli", "worker", "--tracker", address, "--key", KEY, "--host", "127.0.0.1",
                        "--port", str(_free_port())]) for _ in range(2)]
     _wait_free(address, 2)
-    yield address, servers
+    yield address, servers, tracker
     for proc in [*servers, tracker]:
         _kill(proc)
 
@@ -80,7 +80,7 @@ def _built_kernel(tmp_path):
 def test_tune_op_measures_on_every_server_of_the_tracker(tracker_with_two_servers, tmp_path):
     from kb_tvm.measure.candidate_log import CandidateLog
 
-    address, _ = tracker_with_two_servers
+    address, _, _ = tracker_with_two_servers
     _wait_free(address, 2)
     out = tmp_path / "result.json"
     result = CliRunner().invoke(main, ["tune-op", "gemm-128", "--target", "llvm", "--budget", "8s", "--rpc", address,
@@ -98,7 +98,7 @@ def test_tune_op_measures_on_every_server_of_the_tracker(tracker_with_two_server
 def test_a_server_on_another_device_is_refused(tracker_with_two_servers):
     from kb_tvm.measure.remote import RemoteMeasurer, TrackerError
 
-    address, _ = tracker_with_two_servers
+    address, _, _ = tracker_with_two_servers
     _wait_free(address, 2)
     measurer = RemoteMeasurer(tracker=address, key=KEY, device_name="NVIDIA H200")  # these servers are CPUs
     with pytest.raises(TrackerError, match="refused: .* measures on 'cpu', this run on 'NVIDIA H200'"):
@@ -106,10 +106,10 @@ def test_a_server_on_another_device_is_refused(tracker_with_two_servers):
 
 
 def test_a_server_killed_mid_batch_loses_no_candidate(tracker_with_two_servers, tmp_path):
-    """Last of the tests that share the servers: it kills one."""
+    """It kills one of the shared servers: the next test takes the rest."""
     from kb_tvm.measure.remote import RemoteMeasurer
 
-    address, servers = tracker_with_two_servers
+    address, servers, _ = tracker_with_two_servers
     _wait_free(address, 2)
     artifact, signature = _built_kernel(tmp_path)
     measurer = RemoteMeasurer(tracker=address, key=KEY)
@@ -121,6 +121,25 @@ def test_a_server_killed_mid_batch_loses_no_candidate(tracker_with_two_servers, 
     measurer.close()
     assert [o.error for o in outcomes if o.error] == []  # re-queued on the other server, none failed
     assert measurer.requeued >= 1 and measurer.live == 1
+
+
+def test_losing_the_tracker_and_every_server_fails_the_queue_with_why(tracker_with_two_servers, tmp_path):
+    """Last of the tests that share the servers: it kills the tracker and the server left."""
+    from kb_tvm.measure.remote import RemoteMeasurer, TrackerError
+
+    address, servers, tracker = tracker_with_two_servers
+    artifact, signature = _built_kernel(tmp_path)
+    _wait_free(address, 1)
+    measurer = RemoteMeasurer(tracker=address, key=KEY)
+    assert measurer.start() == 1
+    for proc in (servers[1], tracker):
+        _kill(proc)
+    outcome = measurer.submit(artifact, signature).result(timeout=60)
+    assert outcome.error.startswith(f"run: no RPC tracker at {address}")
+    assert "no RPC server is left to measure on" in outcome.error
+    with pytest.raises(TrackerError, match="no RPC server is left"):  # the next batch stops the run
+        measurer.submit(artifact, signature)
+    measurer.close()
 
 
 @pytest.mark.parametrize("args,message", [
