@@ -61,7 +61,7 @@ from .measure.pipeline import BuildPool, Measurer
 from .measure.remote import RemoteMeasurer
 from .measure.records import merged_seconds, record_latency
 from .measure.timing import TimingPolicy
-from .measure.workers import cuda_compiler
+from .measure.workers import argument_signature, cuda_compiler
 from .search import FEATURE_VERSION, CandidateFactory, SearchOptions, TaskSearch
 from .search.tensor_core_space import align_bf16_staging, tensor_core_rules
 from .templates import load_templates
@@ -515,13 +515,7 @@ def _entry_signature(mod) -> tuple:
     """What MetaSchedule will give the runner as the candidate's arguments."""
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
-    return _signature(ArgInfo.from_entry_func(mod, remove_preproc=True))
-
-
-def _signature(args_info) -> tuple:
-    """The arguments of a candidate as a hashable key: ("TENSOR", dtype, shape) each."""
-    return tuple((kind, str(dtype), tuple(int(d) for d in shape)) for kind, dtype, shape in
-                 (a.as_json() for a in args_info))
+    return argument_signature(ArgInfo.from_entry_func(mod, remove_preproc=True))
 
 
 @derived_object
@@ -558,7 +552,7 @@ class KBRunner(PyRunner):
     def run(self, runner_inputs):
         self._batch = []
         for r in runner_inputs:
-            artifact, signature = str(r.artifact_path), _signature(r.args_info)
+            artifact, signature = str(r.artifact_path), argument_signature(r.args_info)
             started = self._prefetched.pop(artifact, None)
             if started is not None and started[0] == signature:
                 self._batch.append(started[1])

@@ -231,6 +231,7 @@ def time_best(workload, target, database, repeat: int = 10, measurer=None) -> fl
 
     from .measure.remote import RemoteMeasurer
     from .measure.targets import compile_kernel
+    from .measure.workers import argument_signature
 
     mod = workload.module()
     sch = ms.tir_integration.compile_tir(database, mod, target)
@@ -241,8 +242,7 @@ def time_best(workload, target, database, repeat: int = 10, measurer=None) -> fl
         with tempfile.TemporaryDirectory() as folder:
             path = os.path.join(folder, "best.so")
             lib.export_library(path)
-            signature = tuple(("TENSOR", str(i.dtype), tuple(int(d) for d in i.shape))
-                              for i in ms.arg_info.ArgInfo.from_prim_func(sch.mod["main"]))
+            signature = argument_signature(ms.arg_info.ArgInfo.from_prim_func(sch.mod["main"]))
             outcome = measurer.submit(path, signature).result()
         return None if outcome.error is not None else outcome.value["median_s"] * 1e3
     dev = tvm.cuda(0) if target.kind.name == "cuda" else tvm.cpu(0)

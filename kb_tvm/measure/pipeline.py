@@ -20,7 +20,6 @@ Here:
 
 from __future__ import annotations
 
-import math
 import shutil
 import subprocess
 import tempfile
@@ -30,7 +29,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
 from . import workers
-from .timing import TimingPolicy
+from .timing import TimingPolicy, keep_best
 
 # Exceptions that mean kb_tvm's own code is broken, not the candidate: never a failed sample.
 OUR_BUGS = (ImportError, NameError, AttributeError)
@@ -142,8 +141,7 @@ class Measurer:
             if isinstance(err, (TimeoutError, ChildProcessError)) or self.device_type != "cpu":
                 self._restart()  # hung, dead, or a GPU context the fault may have broken
             return Outcome(error=_failure(err, "run", self.timeout_s))
-        if report["verdict"] != "slow":
-            self.best_s[signature] = min(report["median_s"], self.best_s.get(signature, math.inf))
+        keep_best(self.best_s, signature, report)
         return Outcome(value=report, seconds=report["load_s"] + report["timed_s"], pid=report["pid"])
 
     def _restart(self) -> None:

@@ -21,7 +21,6 @@ Faults:
 from __future__ import annotations
 
 import logging
-import math
 import os
 import queue
 import socket
@@ -34,7 +33,7 @@ from dataclasses import dataclass
 
 from . import workers
 from .pipeline import OUR_BUGS, Outcome
-from .timing import TimingPolicy
+from .timing import TimingPolicy, keep_best
 
 log = logging.getLogger("kb_tvm")
 
@@ -76,7 +75,6 @@ class _Job:
     artifact: str
     signature: tuple
     future: Future
-    requeued: int = 0
 
 
 class RemoteMeasurer:
@@ -194,8 +192,6 @@ class RemoteMeasurer:
             if job is None or self._closed:
                 self._queue.put(None)  # the others stop too
                 return
-            if job.future.done():  # cancelled
-                continue
             try:
                 outcome = self._measure(name, session, device, fill, cache, job)
             except OUR_BUGS as bug:  # kb's own: surfaces in the tune, never a failed candidate
@@ -203,7 +199,6 @@ class RemoteMeasurer:
                 raise
             except Exception as err:  # noqa: BLE001 - RPC raises TVMError for both kinds of fault
                 if _server_gone(session):
-                    job.requeued += 1
                     self.requeued += 1
                     log.warning("RPC server %s went away (%s); its candidate goes back to the queue", name,
                                 str(err).strip().splitlines()[-1][:200])
@@ -223,8 +218,7 @@ class RemoteMeasurer:
                                      cpu=self.device_type == "cpu")
         timed = time.perf_counter()
         session.remove(remote_name)
-        if report["verdict"] != "slow":
-            self.best_s[job.signature] = min(report["median_s"], self.best_s.get(job.signature, math.inf))
+        keep_best(self.best_s, job.signature, report)
         return Outcome(value={**report, "load_s": loaded - started, "timed_s": timed - loaded, "server": name},
                        seconds=timed - started, pid=os.getpid())
 

@@ -73,3 +73,10 @@ def verdict(samples: list[float], number: int, best_s: float | None, policy: Tim
     if n >= policy.max_repeats or sum(samples) * number >= policy.max_seconds:
         return "capped"
     return None
+
+
+def keep_best(best_s: dict, key, report: dict) -> None:
+    """The race's reference for `key` after a timing report: candidates raced out early
+    ("slow") hold a partial median and never set it."""
+    if report["verdict"] != "slow":
+        best_s[key] = min(report["median_s"], best_s.get(key, math.inf))

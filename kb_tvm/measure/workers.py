@@ -62,6 +62,12 @@ def build(mod, target, out_dir: str) -> tuple[str, float, int]:
     return path, time.perf_counter() - started, os.getpid()
 
 
+def argument_signature(args_info) -> tuple:
+    """MetaSchedule ArgInfos as a hashable key: ("TENSOR", dtype, shape) each."""
+    return tuple((kind, str(dtype), tuple(int(d) for d in shape)) for kind, dtype, shape in
+                 (a.as_json() for a in args_info))
+
+
 def arguments(device, signature: tuple, cache: OrderedDict, fill=None):
     """Random arguments for a signature of ("TENSOR", dtype, shape) tuples, made once per task
     and kept in `cache` (a few tasks' worth). `fill`: TVM's random fill, the remote one for an
