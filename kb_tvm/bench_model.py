@@ -58,9 +58,10 @@ def run_side_by_side(commands: dict[str, list[str]], out: Path, *, on_gpus: bool
 
 
 def _command(model, strategy, budget, target, work_dir, seed, trials_per_batch, precision,
-             input_shapes) -> list[str]:
+             input_shapes, cuda_graph) -> list[str]:
     command = [sys.executable, "-m", "kb_tvm.cli", "tune", str(model), "--budget", budget, "--strategy", strategy,
-               "--work-dir", str(work_dir), "--seed", str(seed), "--precision", precision]
+               "--work-dir", str(work_dir), "--seed", str(seed), "--precision", precision,
+               "--cuda-graph" if cuda_graph else "--no-cuda-graph"]
     for shape in input_shapes:
         command += ["--input-shape", shape]
     if target:
@@ -81,7 +82,9 @@ def _command(model, strategy, budget, target, work_dir, seed, trials_per_batch, 
 @click.option("--input-shape", "input_shapes", multiple=True, help="As for kb-tvm tune (repeatable).")
 @click.option("--work-root", type=click.Path(file_okay=False), default=None,
               help="Where the two work dirs go (records, model.so). Default: --out.")
-def main(model, budget, target, out, seed, trials_per_batch, precision, input_shapes, work_root) -> None:
+@click.option("--cuda-graph/--no-cuda-graph", default=True, show_default=True, help="As for kb-tvm tune.")
+def main(model, budget, target, out, seed, trials_per_batch, precision, input_shapes, work_root,
+         cuda_graph) -> None:
     """Tune MODEL with kb and with stock MetaSchedule at the same budget; compare."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -91,7 +94,7 @@ def main(model, budget, target, out, seed, trials_per_batch, precision, input_sh
         work_dir = Path(work_root or out) / f"work-{strategy}"
         shutil.rmtree(work_dir, ignore_errors=True)
         commands[strategy] = _command(model, strategy, budget, target, work_dir, seed, trials_per_batch,
-                                      precision, input_shapes)
+                                      precision, input_shapes, cuda_graph)
     exit_codes, parallel = run_side_by_side(commands, out, on_gpus=target != "llvm")
     cpus = len(os.sched_getaffinity(0))
     summary = {"model": str(model), "budget": budget, "target": target, "precision": precision,
@@ -104,12 +107,14 @@ def main(model, budget, target, out, seed, trials_per_batch, precision, input_sh
             report = json.loads(report_path.read_text())
             for name in ("report.json", "report.md", "latency.png"):
                 shutil.copy(work_dir / name, out / f"{strategy}-{name}")
-            if (work_dir / "candidates.jsonl").exists():  # every measured candidate, kept as data
-                with open(work_dir / "candidates.jsonl", "rb") as src, \
-                        gzip.open(out / f"{strategy}-candidates.jsonl.gz", "wb") as dst:
-                    shutil.copyfileobj(src, dst)
+            # every measured candidate, kept as data, and the records, to rebuild the model without tuning
+            for name in ("candidates.jsonl", "database_tuning_record.json", "database_workload.json"):
+                if (work_dir / name).exists():
+                    with open(work_dir / name, "rb") as src, gzip.open(out / f"{strategy}-{name}.gz", "wb") as dst:
+                        shutil.copyfileobj(src, dst)
             summary["runs"][strategy] = {k: report[k] for k in (
-                "latency_untuned_ms", "latency_tuned_ms", "speedup", "seconds_spent", "trials", "numerics")}
+                "latency_untuned_ms", "latency_tuned_ms", "latency_tuned_without_cuda_graph_ms", "speedup",
+                "seconds_spent", "trials", "numerics") if k in report}
         summary["runs"].setdefault(strategy, {})["exit_code"] = exit_code
     kb, stock = summary["runs"]["kb"], summary["runs"]["evolutionary"]
     if "latency_tuned_ms" in kb and "latency_tuned_ms" in stock:

@@ -268,10 +268,14 @@ def _writable_dir(work_dir: Path) -> None:
               "numerics checked against onnxruntime fp32 within a tolerance per precision.")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=DIMS",
               help="Pin an input's dynamic axes, e.g. input_ids=1x128 (repeat for each input).")
+@click.option("--cuda-graph/--no-cuda-graph", default=True, show_default=True,
+              help="On CUDA, launch the model's kernels as CUDA graphs (the report gives the latency without "
+              "them too).")
 @_experience_options
 @_rpc_options
 def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, repeatable, strategy, pipeline,
-                       resume, precision, input_shapes, experience_dir, no_experience, tracker, key) -> None:
+                       resume, precision, input_shapes, cuda_graph, experience_dir, no_experience, tracker,
+                       key) -> None:
     """Tune an ONNX model within a wall-clock budget; export a library and a report."""
     _check_repeatable(repeatable, seed, strategy)
     from .measure.targets import describe, make_target
@@ -315,7 +319,7 @@ def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, 
     try:
         report = tune_model(onnx_model, name=str(model), target=tvm_target, budget=budget, work_dir=work_dir,
                             trials_per_batch=trials_per_batch, seed=seed, repeatable=repeatable, strategy=strategy,
-                            pipeline=pipeline, precision=precision, runner=runner,
+                            pipeline=pipeline, precision=precision, cuda_graph=cuda_graph, runner=runner,
                             resume=resume, experience=experience, on_event=show)
     except ModelError as err:
         _fail(str(err))
@@ -325,7 +329,9 @@ def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, 
     finally:
         _close(runner)
     click.echo(f"tuned: {report['latency_tuned_ms']:.4f} ms end to end ({report['speedup']:.2f}x), "
-               f"{report['trials']} trials in {format_seconds(report['seconds_spent'])}")
+               f"{report['trials']} trials in {format_seconds(report['seconds_spent'])}"
+               + (f"; {report['latency_tuned_without_cuda_graph_ms']:.4f} ms without CUDA graphs"
+                  if report["cuda_graph"] else ""))
     if not report["numerics"]["ok"]:
         click.secho(f"NUMERICS MISMATCH vs {report['numerics']['checked_against']}: "
                     f"{report['numerics']['mismatch']}", fg="red", err=True)

@@ -53,10 +53,13 @@ def test_each_precision_builds_and_stays_within_its_tolerance_of_onnxruntime(pre
     mod = lower_precision(to_relax(model), precision)
     assert _matmul_dtypes(mod) == {dtype}
     target = make_target("llvm")
-    inputs = example_inputs(model)
-    outputs, _ = run_and_time(build(prepare(mod, target), target), target, inputs, repeat=1)
-    reference, _ = onnxruntime_outputs(model, inputs)
+    input_sets = [example_inputs(model), example_inputs(model, seed=1)]
+    (outputs, second), _ = run_and_time(build(prepare(mod, target), target), target, input_sets, repeat=1)
+    reference, _ = onnxruntime_outputs(model, input_sets[0])
     assert mismatch(reference, outputs, TOLERANCES[precision]) is None
+    # the second set, run on the same VM after the timing, gives its own outputs
+    assert mismatch(onnxruntime_outputs(model, input_sets[1])[0], second, TOLERANCES[precision]) is None
+    assert not np.allclose(outputs[0], second[0])
     error = max_abs_error(reference, outputs)
     if precision != "fp32":  # half precision really changed the numbers; fp32 did not
         assert error > 1e-4
@@ -135,6 +138,8 @@ def test_a_cuda_library_mixing_tensor_core_records_and_default_reductions_builds
     workload = database.commit_workload(task.dispatched[0])
     database.commit_tuning_record(ms.database.TuningRecord(candidate.sch.trace, workload, [1e-5], target))
     library = build(mod, target, database)
+    # the VM launches the kernels between input and output as captured CUDA graphs
+    assert "vm.builtin.cuda_graph.run_or_capture" in library.as_text()
     modules, sources = [library.mod], ""
     while modules:  # the VM executable imports the host library, which imports the CUDA one
         module = modules.pop()

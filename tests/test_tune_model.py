@@ -88,6 +88,7 @@ def test_a_dynamic_export_tunes_once_its_axes_are_pinned(tmp_path):
     report = json.loads((work_dir / "report.json").read_text())
     assert report["inputs"] == {"a": [2, 8, 32], "b": [32, 16]}
     assert report["numerics"]["ok"] and report["numerics"]["checked_against"].startswith("onnxruntime")
+    assert report["numerics"]["input_sets"] == 2 and not report["cuda_graph"]  # llvm: no CUDA graphs
 
 
 def test_integer_example_inputs_are_valid_ids_and_a_mask_that_masks():
@@ -109,6 +110,9 @@ def test_integer_example_inputs_are_valid_ids_and_a_mask_that_masks():
     assert ids.tolist() == [[1, 1, 1, 1, 1, 1, 0, 0]]  # a padded tail, ids valid for any vocabulary
     (out,), _ = onnxruntime_outputs(model, [ids, scale])
     assert out[0, :, 0].tolist() == [1, 1, 1, 1, 1, 1, 0, 0]
+    # the second set the numerics check uses pads more and draws other floats
+    ids2, scale2 = example_inputs(model, seed=1)
+    assert ids2.tolist() == [[1, 1, 1, 1, 0, 0, 0, 0]] and not np.allclose(scale, scale2)
 
 
 def test_slow_models_are_timed_with_fewer_calls():
@@ -182,6 +186,34 @@ def test_tune_the_shipped_model_end_to_end(tmp_path):
     assert out.shape == (1, 32, 64) and np.isfinite(out).all()
     # layer norm at the end: each row has mean ~0 and variance ~1
     assert np.allclose(out.mean(axis=-1), 0, atol=1e-3) and np.allclose(out.var(axis=-1), 1, atol=1e-2)
+    # the candidate log alone rebuilds the tuned model: each tuned task's fastest schedule replays
+    from kb_tvm.measure.targets import make_target
+    from kb_tvm.model_tuning import (
+        TOLERANCES,
+        build,
+        example_inputs,
+        load_onnx,
+        onnxruntime_outputs,
+        prepare,
+        run_and_time,
+        to_relax,
+    )
+    from kb_tvm.model_tuning.precision import mismatch, model_space
+    from kb_tvm.model_tuning.replay import fastest_rows, records_from_candidates
+
+    target = make_target("llvm")
+    model = load_onnx(SHIPPED)
+    mod = prepare(to_relax(model), target)
+    replayed = records_from_candidates(report["candidates"], ms.relax_integration.extract_tasks(mod, target),
+                                       target, model_space(target, "fp32"))
+    fastest = fastest_rows(report["candidates"])
+    replayed_records = replayed.get_all_tuning_records()
+    assert len(replayed_records) == len(fastest) == len({r["task"] for r in rows})
+    assert sorted(min(float(s) for s in r.run_secs) for r in replayed_records) == \
+        pytest.approx(sorted(min(row["latency_s"]) for row in fastest.values()), rel=1e-6)
+    inputs = example_inputs(model)
+    (outputs,), _ = run_and_time(build(mod, target, replayed), target, [inputs], repeat=1)
+    assert mismatch(onnxruntime_outputs(model, inputs)[0], outputs, TOLERANCES["fp32"]) is None
 
 
 def test_a_torn_last_record_is_dropped_before_resuming(tmp_path):

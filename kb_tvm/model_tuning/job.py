@@ -41,6 +41,7 @@ def tune_model(
     pipeline: str = "kb",
     resume: bool = False,
     precision: str = "fp32",
+    cuda_graph: bool = True,
     builder=None,
     runner=None,
     experience=None,
@@ -56,7 +57,9 @@ def tune_model(
     (e.g. an RPCRunner); default local, kb's persistent ones or stock's as `pipeline` says.
     experience: a kb_tvm.Experience to warm-start the tasks from and add their outcomes to (kb
     only); None: cold. precision: "fp32", or "fp16"/"bf16" matmuls and convolutions with fp32
-    accumulation (`precision.py`), checked against onnxruntime within that precision's tolerance."""
+    accumulation (`precision.py`), checked against onnxruntime within that precision's tolerance,
+    on two different sets of inputs. cuda_graph: on CUDA, the builds launch their kernels as CUDA
+    graphs (`relax_build.build`); the report also gives the tuned latency without them."""
     from tvm.s_tir import meta_schedule as ms
 
     from ..adapter import (
@@ -80,11 +83,14 @@ def tune_model(
     mod = prepare(lower_precision(to_relax(model), precision), target)
     tasks = ms.relax_integration.extract_tasks(mod, target)
     work_dir.mkdir(parents=True, exist_ok=True)
-    inputs = example_inputs(model)
+    input_sets = [example_inputs(model), example_inputs(model, seed=1)]
     notify = on_event or (lambda record: None)
+    by_onnxruntime = [onnxruntime_outputs(model, inputs) for inputs in input_sets]
 
-    untuned = build(mod, target)
-    untuned_outputs, untuned_latency = run_and_time(untuned, target, inputs)
+    untuned = build(mod, target, cuda_graph=cuda_graph)
+    # without onnxruntime the untuned build is the reference, on both sets
+    untuned_outputs, untuned_latency = run_and_time(
+        untuned, target, input_sets if by_onnxruntime[0][0] is None else input_sets[:1])
     default_latency = profile_kernels(untuned, target, tasks)
     notify({"event": "untuned", "latency_ms": untuned_latency * 1e3})
 
@@ -133,14 +139,20 @@ def tune_model(
     if strategy == "kb":
         save_state()
     chosen, used_latency = better_than_default(database, tasks, target, default_latency)
-    executable = build(mod, target, chosen)
+    executable = build(mod, target, chosen, cuda_graph=cuda_graph)
     executable.export_library(str(work_dir / "model.so"))
-    tuned_outputs, tuned_latency = run_and_time(executable, target, inputs)
-    reference, reference_name = onnxruntime_outputs(model, inputs)
-    if reference is None:
-        reference, reference_name = untuned_outputs, "untuned TVM build"
+    tuned_outputs, tuned_latency = run_and_time(executable, target, input_sets)
+    graphs = cuda_graph and is_cuda
+    if graphs:  # what the graphs bring: the same records, launched one by one
+        _, without_graphs = run_and_time(build(mod, target, chosen, cuda_graph=False), target, input_sets[:1])
+    if by_onnxruntime[0][0] is None:
+        references, reference_name = untuned_outputs, "untuned TVM build"
+    else:
+        references, reference_name = [outputs for outputs, _ in by_onnxruntime], by_onnxruntime[0][1]
     tolerance = TOLERANCES[precision]
-    why_not = mismatch(reference, tuned_outputs, tolerance)
+    why_not = next((f"input set {index + 1}: {why}" for index, why in enumerate(
+        mismatch(want, got, tolerance) for want, got in zip(references, tuned_outputs)) if why), None)
+    errors = [e for e in (max_abs_error(want, got) for want, got in zip(references, tuned_outputs)) if e is not None]
 
     weights = {str(t.task_name): float(t.weight) for t in tasks}
     curve = latency_curve(batches, weights, default_latency, untuned_latency)
@@ -155,10 +167,12 @@ def tune_model(
         "strategy": strategy, "seconds_spent": seconds,
         "trials": recorder.trials, "schedules_measured": len(database),
         "latency_untuned_ms": untuned_latency * 1e3, "latency_tuned_ms": tuned_latency * 1e3,
-        "speedup": untuned_latency / tuned_latency,
+        "speedup": untuned_latency / tuned_latency, "cuda_graph": graphs,
+        **({"latency_tuned_without_cuda_graph_ms": without_graphs * 1e3} if graphs else {}),
         "precision": precision,
-        "numerics": {"checked_against": reference_name, "ok": why_not is None, "mismatch": why_not,
-                     "max_abs_error": max_abs_error(reference, tuned_outputs), "tolerance": tolerance.to_json()},
+        "numerics": {"checked_against": reference_name, "input_sets": len(input_sets), "ok": why_not is None,
+                     "mismatch": why_not, "max_abs_error": max(errors) if errors else None,
+                     "tolerance": tolerance.to_json()},
         "library": str(work_dir / "model.so"), "records": str(work_dir / "database_tuning_record.json"),
         "candidates": str(work_dir / FILE_NAME),
         "plot": str(work_dir / "latency.png"),

@@ -68,10 +68,13 @@ def report_markdown(report: dict) -> str:
         "",
         f"- end-to-end latency: untuned {report['latency_untuned_ms']:.4f} ms -> tuned "
         f"{report['latency_tuned_ms']:.4f} ms ({report['speedup']:.2f}x)",
+        *([("- CUDA graphs: both builds launch their kernels as CUDA graphs; the tuned build without them: "
+             f"{report['latency_tuned_without_cuda_graph_ms']:.4f} ms")] if report.get("cuda_graph") else []),
         f"- budget: {report['seconds_spent']:.0f} s spent of {report['budget_s']:.0f} s, {report['trials']} trials "
         f"({report['strategy']})",
         f"- precision: {report.get('precision', 'fp32')} (matmuls and convolutions; fp32 accumulation)",
-        f"- numerics vs {report['numerics']['checked_against']}: "
+        f"- numerics vs {report['numerics']['checked_against']}, "
+        f"{report['numerics'].get('input_sets', 1)} sets of inputs: "
         + ("ok" if report["numerics"]["ok"] else f"**MISMATCH: {report['numerics']['mismatch']}**")
         + _tolerance_text(report["numerics"]),
         f"- library: `{report['library']}`",

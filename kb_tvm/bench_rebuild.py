@@ -1,0 +1,85 @@
+"""Rebuild the tuned models of earlier runs from their candidate logs and time them with and
+without CUDA graphs, on two sets of inputs checked against onnxruntime: what graphs bring to
+each run's schedules, without tuning again.
+
+    python -m kb_tvm.bench_rebuild --model bert.onnx --precision fp16 --input-shape input_ids=1x128 \
+        --log kb=kb-candidates.jsonl.gz --log stock=evolutionary-candidates.jsonl.gz --out rebuild.json
+
+Each log's tasks get their fastest logged schedule where it beats the default one, as `kb-tvm
+tune` chooses (the default schedules are timed here, on this machine)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.option("--model", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), default="fp32", show_default=True)
+@click.option("--input-shape", "input_shapes", multiple=True, help="As for kb-tvm tune (repeatable).")
+@click.option("--target", default=None, help="As for kb-tvm tune.")
+@click.option("--log", "logs", multiple=True, metavar="LABEL=PATH",
+              help="A run's candidates.jsonl(.gz) (repeatable; none: the untuned build alone).")
+@click.option("--out", required=True, type=click.Path(dir_okay=False))
+def main(model, precision, input_shapes, target, logs, out) -> None:
+    """Rebuild tuned models from candidate logs; time them with and without CUDA graphs. Exits 1
+    if any build's outputs miss onnxruntime's."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from .measure.targets import make_target
+    from .model_tuning import (
+        TOLERANCES,
+        better_than_default,
+        build,
+        example_inputs,
+        load_onnx,
+        lower_precision,
+        onnxruntime_outputs,
+        parse_input_shape,
+        prepare,
+        profile_kernels,
+        run_and_time,
+        to_relax,
+    )
+    from .model_tuning.precision import max_abs_error, mismatch, model_space
+    from .model_tuning.replay import records_from_candidates
+
+    onnx_model = load_onnx(model, dict(parse_input_shape(text) for text in input_shapes))
+    tvm_target = make_target(target)
+    mod = prepare(lower_precision(to_relax(onnx_model), precision), tvm_target)
+    tasks = ms.relax_integration.extract_tasks(mod, tvm_target)
+    input_sets = [example_inputs(onnx_model), example_inputs(onnx_model, seed=1)]
+    references = [onnxruntime_outputs(onnx_model, inputs)[0] for inputs in input_sets]
+    tolerance = TOLERANCES[precision]
+    result: dict = {"model": str(model), "precision": precision, "target": str(tvm_target.export()), "builds": {}}
+
+    def timed(label: str, database) -> None:
+        for graphs in (True, False) if tvm_target.kind.name == "cuda" else (False,):
+            outputs, seconds = run_and_time(build(mod, tvm_target, database, cuda_graph=graphs), tvm_target,
+                                            input_sets)
+            why = next((w for w in (mismatch(r, o, tolerance) for r, o in zip(references, outputs)) if w), None)
+            entry = {"latency_ms": seconds * 1e3, "numerics_ok": why is None, "mismatch": why,
+                     "max_abs_error": max(max_abs_error(r, o) or 0.0 for r, o in zip(references, outputs))}
+            result["builds"][f"{label}, {'graphs' if graphs else 'no graphs'}"] = entry
+            click.echo(f"{label:>10} {'graphs' if graphs else 'no graphs':>9}: {seconds * 1e3:.4f} ms"
+                       + ("" if why is None else f"  MISMATCH {why}"))
+        Path(out).write_text(json.dumps(result, indent=1))
+
+    untuned = build(mod, tvm_target)
+    default_latency = profile_kernels(untuned, tvm_target, tasks)
+    timed("untuned", None)
+    for text in logs:
+        label, _, path = text.partition("=")
+        records = records_from_candidates(path, tasks, tvm_target, model_space(tvm_target, precision))
+        chosen, used = better_than_default(records, tasks, tvm_target, default_latency)
+        result.setdefault("tuned_tasks", {})[label] = sum(used[n] < default_latency[n] for n in used)
+        timed(label, chosen)
+    if not all(entry["numerics_ok"] for entry in result["builds"].values()):
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
