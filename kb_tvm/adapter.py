@@ -310,8 +310,8 @@ class CandidateRecorder(PyMeasureCallback):
         if workload is None:
             workload = self._workload_keys[int(task_id)] = f"{structural_hash(ctx.mod) & (2**64 - 1):016x}"
             self.log.append_workload(workload=workload, task=str(ctx.task_name), module_json=tvm.ir.save_json(ctx.mod))
-        built_in = _reported_outcomes(self.builder, len(measure_candidates))
-        ran_in = _reported_outcomes(self.runner, len(measure_candidates))
+        built_in = [_outcome(self.builder, b) for b in builder_results]
+        ran_in = [None if b.error_msg is not None else _outcome(self.runner, b.artifact_path) for b in builder_results]
         features = [f.numpy().tolist() for f in self.features.extract_from(ctx, measure_candidates)]
         job_s, target = round(self.clock(), 3), json.dumps(plain(ctx.target.export()))
         rows = []
@@ -331,11 +331,11 @@ class CandidateRecorder(PyMeasureCallback):
         self.batches += 1
 
 
-def _reported_outcomes(part, count: int) -> list:
-    """Per-candidate Outcomes (seconds, value) of KBBuilder's / KBRunner's last batch; None
-    each for parts that report none (MetaSchedule's LocalBuilder, LocalRunner, RPCRunner)."""
-    outcomes = list(getattr(part, "last_batch", None) or [])
-    return outcomes if len(outcomes) == count else [None] * count
+def _outcome(part, key):
+    """A candidate's Outcome (seconds, value) from KBBuilder (by its BuilderResult) or KBRunner
+    (by its artifact); None from parts that report none (MetaSchedule's LocalBuilder,
+    LocalRunner, RPCRunner)."""
+    return part.outcome_of(key) if hasattr(part, "outcome_of") else None
 
 
 def _seconds(outcome) -> float | None:
@@ -366,13 +366,18 @@ class KBTaskScheduler(PyTaskScheduler):
     is likely to improve, before it has a curve of its own.
     `stats` holds per task: seconds, trials, latency before/after, and why it retired;
     `earlier` takes the stats of an interrupted run of the same job, to resume it.
+    `runner`: the tune's KBRunner. Where it measures on several devices (an RPC tracker's
+    servers), up to that many tasks' batches are in flight at once: while one task's batch is
+    timed, the next task's builds and then measures on the devices left free. A task's results
+    are taken as its batch completes; MetaSchedule's loop allows that (its tasks are joined one by
+    one), and with one device (or another runner) it is one batch at a time, as before.
     """
 
     def __init__(self, *, budget: str | float | TuningBudget, floor_share: float = 0.02,
                  min_gain_left: float = 0.01, on_event: Callable[[dict], None] | None = None,
                  earlier: list[allocation.TaskStats] | None = None,
                  default_latency: dict[str, float] | None = None,
-                 experience: Experience | None = None) -> None:
+                 experience: Experience | None = None, runner: KBRunner | None = None) -> None:
         _check("experience", experience, experience is None or isinstance(experience, Experience),
                "must be a kb_tvm.Experience or None")
         self.experience = experience
@@ -386,7 +391,10 @@ class KBTaskScheduler(PyTaskScheduler):
         self.stats: list[allocation.TaskStats] = []
         self.earlier = {t.name: t for t in earlier or []}  # a resumed job's tasks, by name
         self.default_latency = dict(default_latency or {})
-        self.running: tuple[int, float] | None = None  # (task, when its batch was handed out)
+        _check("runner", runner, runner is None or hasattr(runner, "latest_futures"), "must be a KBRunner or None")
+        self.runner = runner
+        self.handed_out: tuple[int, float, int] | None = None  # (task, when, the runner's batch count then)
+        self.in_flight: dict[int, tuple[float, list | None]] = {}  # task -> (handed out at, its futures)
 
     def next_task_id(self) -> int:
         scheduler = self._outer()
@@ -400,40 +408,74 @@ class KBTaskScheduler(PyTaskScheduler):
             for index, task in enumerate(self.stats):  # finished in an earlier run: not re-spent
                 if task.retired is not None and not task.parked and not scheduler.tasks_[index].is_terminated:
                     scheduler.terminate_task(index)
-        if self.running is not None:
-            task, handed_out = self.running
-            self.running = None
-            if not scheduler.tasks_[task].is_terminated:  # else its search returned no batch
-                # MetaSchedule's own join (not overridden: a Python override could not call it)
-                results = scheduler.join_running_task(task)
-                latencies = [s for s in (_mean_seconds(r) for r in results) if s is not None]
-                self.stats[task].record_batch(time.monotonic() - handed_out, len(results),
-                                              min(latencies) if latencies else None)
-        for index, record in enumerate(scheduler.tasks_):
-            if record.is_terminated and self.stats[index].retired is None:
-                self.stats[index].retired = "its search stopped"
-                self._emit("retire", task=self.stats[index].name, why="its search stopped")
-        if self.budget.exhausted:
-            return self._finish("budget spent")
-        choice = allocation.choose_next(self.stats, default_batch_seconds=10.0,
-                                        seconds_left=self.budget.remaining, floor_share=self.floor_share,
-                                        min_gain_left=self.min_gain_left)
-        for index, why in choice.revived.items():
-            self.stats[index].retired = None
-            self.stats[index].revivals += 1
-            self._emit("revive", task=self.stats[index].name, why=why)
-        for index, why in choice.retired.items():
-            self.stats[index].retired = why
-            if not self.stats[index].parked:  # a trivial task may come back: its search stays
-                scheduler.terminate_task(index)
-            self._emit("retire", task=self.stats[index].name, why=why)
-        if choice.task is None:
-            return self._finish(choice.why)
+        self._track_handed_out(scheduler)
+        self._take_results(scheduler, wait=len(self.in_flight) >= self._parallel_batches())
+        while True:
+            for index, record in enumerate(scheduler.tasks_):
+                if record.is_terminated and self.stats[index].retired is None:
+                    self.stats[index].retired = "its search stopped"
+                    self._emit("retire", task=self.stats[index].name, why="its search stopped")
+            if self.budget.exhausted:
+                return self._finish("budget spent")
+            choice = allocation.choose_next(self.stats, default_batch_seconds=10.0,
+                                            seconds_left=self.budget.remaining, floor_share=self.floor_share,
+                                            min_gain_left=self.min_gain_left, busy=frozenset(self.in_flight))
+            for index, why in choice.revived.items():
+                self.stats[index].retired = None
+                self.stats[index].revivals += 1
+                self._emit("revive", task=self.stats[index].name, why=why)
+            for index, why in choice.retired.items():
+                self.stats[index].retired = why
+                if not self.stats[index].parked:  # a trivial task may come back: its search stays
+                    scheduler.terminate_task(index)
+                self._emit("retire", task=self.stats[index].name, why=why)
+            if choice.task is not None:
+                break
+            if not self.in_flight:
+                return self._finish(choice.why)
+            self._take_results(scheduler, wait=True)  # what the busy tasks bring may change the choice
         self._set_clocks()
         self._emit("allocate", task=self.stats[choice.task].name, why=choice.why,
-                   budget_spent_s=self.budget.spent, budget_left_s=self.budget.remaining)
-        self.running = (choice.task, time.monotonic())
+                   budget_spent_s=self.budget.spent, budget_left_s=self.budget.remaining,
+                   in_flight=[self.stats[t].name for t in self.in_flight])
+        self.handed_out = (choice.task, time.monotonic(), self.runner.batches_run if self.runner else 0)
         return choice.task
+
+    def _parallel_batches(self) -> int:
+        return self.runner.devices if self.runner is not None else 1
+
+    def _track_handed_out(self, scheduler) -> None:
+        """The task handed out last time is in flight now, unless its search gave no batch
+        (MetaSchedule then terminated it and ran nothing)."""
+        if self.handed_out is None:
+            return
+        task, when, batches_before = self.handed_out
+        self.handed_out = None
+        if scheduler.tasks_[task].is_terminated:
+            return
+        futures = None
+        if self.runner is not None:
+            if self.runner.batches_run == batches_before:
+                return
+            futures = self.runner.latest_futures
+        self.in_flight[task] = (when, futures)
+
+    def _take_results(self, scheduler, *, wait: bool) -> None:
+        """Join every in-flight batch that is complete; with `wait`, first wait until one is.
+        Batches whose futures this scheduler cannot see are joined (waiting) in turn."""
+        while True:
+            done = [t for t, (_, futures) in self.in_flight.items()
+                    if futures is None or all(f.done() for f in futures)]
+            if done or not wait or not self.in_flight:
+                break
+            time.sleep(0.01)
+        for task in done:
+            handed_out, _ = self.in_flight.pop(task)
+            # MetaSchedule's own join (not overridden: a Python override could not call it)
+            results = scheduler.join_running_task(task)
+            latencies = [s for s in (_mean_seconds(r) for r in results) if s is not None]
+            self.stats[task].record_batch(time.monotonic() - handed_out, len(results),
+                                          min(latencies) if latencies else None)
 
     def _set_clocks(self) -> None:
         """Each live task is expected to get the job's seconds in proportion to its share of
@@ -460,6 +502,9 @@ class KBTaskScheduler(PyTaskScheduler):
 
     def _finish(self, why: str) -> int:
         scheduler = self._outer()
+        self._track_handed_out(scheduler)
+        while self.in_flight:  # every measured candidate reaches the database and the callbacks
+            self._take_results(scheduler, wait=True)
         for index, record in enumerate(scheduler.tasks_):
             if not record.is_terminated:
                 scheduler.terminate_task(index)
@@ -489,6 +534,9 @@ class KBBuilder(PyBuilder):
         self.pool = BuildPool(workers_count=workers, timeout_s=timeout_s, builds_per_worker=builds_per_worker)
         self.stream_to = stream_to
         self.last_batch: list = []  # the last batch's Outcomes: seconds and worker per candidate
+        # each result's Outcome until the candidate log takes it: with several tasks' batches in
+        # flight, the batch joined is not always the last one built
+        self.outcomes: dict = {}
         self.cuda_compiler: tuple[str, str] | None = None  # (compiler, why), said once
 
     def build(self, build_inputs):
@@ -504,8 +552,14 @@ class KBBuilder(PyBuilder):
                     self.stream_to.prefetch(outcome.value, _entry_signature(build_inputs[index].mod))
 
         self.last_batch = self.pool.build([(b.mod, b.target) for b in build_inputs], on_built)
-        return [BuilderResult(o.value, None) if o.error is None else BuilderResult(None, o.error)
-                for o in self.last_batch]
+        results = [BuilderResult(o.value, None) if o.error is None else BuilderResult(None, o.error)
+                   for o in self.last_batch]
+        self.outcomes.update(zip(results, self.last_batch))  # TVM objects hash by identity
+        return results
+
+    def outcome_of(self, result):
+        """The Outcome (seconds, worker) of a BuilderResult this builder returned, once."""
+        return self.outcomes.pop(result, None)
 
     def close(self) -> None:
         self.pool.close()
@@ -538,6 +592,8 @@ class KBRunner(PyRunner):
         else:
             self.measurer = Measurer(device_type=device, device_id=device_id, policy=policy, timeout_s=timeout_s)
         self._batch: list = []  # the last batch's measurement futures
+        self.batches_run = 0
+        self._by_artifact: dict[str, object] = {}  # artifact -> its measurement future, until taken
         self._prefetched: dict[str, tuple[tuple, object]] = {}  # artifact -> (signature, future)
         # start the measuring process now: the first batch should not pay TVM's import
         self.measurer.start()
@@ -558,12 +614,29 @@ class KBRunner(PyRunner):
                 self._batch.append(started[1])
             else:
                 self._batch.append(self.measurer.submit(artifact, signature))
+            self._by_artifact[artifact] = self._batch[-1]
+        self.batches_run += 1
         return [_MeasurementFuture(future) for future in self._batch]
+
+    @property
+    def devices(self) -> int:
+        """How many devices measure at once: the servers held, or this machine's one."""
+        return max(1, self.measurer.live) if isinstance(self.measurer, RemoteMeasurer) else 1
+
+    @property
+    def latest_futures(self) -> list:
+        """The measurement futures of the batch `run` started last."""
+        return list(self._batch)
 
     @property
     def last_batch(self) -> list:
         """The last batch's Outcomes (waits for them): the worker's report per candidate."""
         return [future.result() for future in self._batch]
+
+    def outcome_of(self, artifact: str):
+        """The Outcome (seconds, report, server) of the candidate built to `artifact`, once."""
+        future = self._by_artifact.pop(str(artifact), None)
+        return None if future is None else future.result()
 
     def close(self) -> None:
         self.measurer.close()

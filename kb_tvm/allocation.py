@@ -157,6 +157,7 @@ def choose_next(
     seconds_left: float,
     floor_share: float = 0.02,
     min_gain_left: float = 0.01,
+    busy: frozenset[int] = frozenset(),
 ) -> Choice:
     """The task to give the next batch, and the tasks to retire now (with why).
 
@@ -166,6 +167,8 @@ def choose_next(
     would buy less than this fraction of the model's current time. A rate that does not pay
     with a minute left pays with ten (seen: a 40%-of-model-time task retired at 9.4e-5/s with
     500 s of 600 left under a fixed per-second floor).
+    busy: tasks with a batch in flight (several devices): neither chosen nor retired until its
+    results are in; their latencies still count in the model's time.
     """
     measured = [t.model_seconds for t in tasks if t.model_seconds is not None]
     model_time = sum(measured) or 1.0
@@ -175,7 +178,7 @@ def choose_next(
                for i, t in enumerate(tasks)
                if t.parked and t.model_seconds is not None
                and t.model_seconds / model_time >= floor_share}
-    live = [i for i, t in enumerate(tasks) if t.retired is None or i in revived]
+    live = [i for i, t in enumerate(tasks) if (t.retired is None or i in revived) and i not in busy]
     retired: dict[int, str] = {}
     untried = [i for i in live if tasks[i].batches == 0]
     for i in untried:

@@ -6,7 +6,9 @@ model, machine and wall budget.
 
 With two or more GPUs the two runs go side by side, one GPU and half the CPUs each (same
 hardware, same clock); otherwise one after the other. Each run's log, report.json, report.md
-and latency.png land under --out, and summary.json compares the end-to-end latencies.
+and latency.png land under --out, and summary.json compares the end-to-end latencies: each
+run's own, and both libraries timed again in turns in one process (`in_turns_ms`), the number
+to compare on a machine whose speed drifts.
 """
 
 from __future__ import annotations
@@ -71,6 +73,34 @@ def _command(model, strategy, budget, target, work_dir, seed, trials_per_batch, 
     return command
 
 
+def time_in_turns(libraries: dict[str, Path], model, input_shapes, target: str | None, rounds: int = 8) -> dict:
+    """Median seconds per call of each tuned library, timed in turns in one process on one
+    device: each run's own end-to-end timing was taken minutes apart, and this VM's CPU drifts
+    by 15% over minutes (seen: a 15% margin between runs that was 4% the other way in turns)."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    from .measure.targets import make_target
+    from .model_tuning import example_inputs, load_onnx, parse_input_shape
+
+    tvm_target = make_target(target)
+    device = tvm.cuda(0) if tvm_target.kind.name == "cuda" else tvm.cpu(0)
+    inputs = example_inputs(load_onnx(model, dict(parse_input_shape(text) for text in input_shapes)))
+    machines = {}
+    for label, path in libraries.items():
+        vm = relax.VirtualMachine(tvm.runtime.load_module(str(path)), device)
+        vm.set_input("main", *[tvm.runtime.tensor(a, device) for a in inputs])
+        vm["main"](*[tvm.runtime.tensor(a, device) for a in inputs])  # warm up (and capture CUDA graphs)
+        machines[label] = vm
+    times: dict[str, list[float]] = {label: [] for label in machines}
+    for _ in range(rounds):
+        for label, vm in machines.items():
+            timer = vm.time_evaluator("invoke_stateful", device, number=5, repeat=5, min_repeat_ms=50)
+            times[label].append(float(np.median(timer("main").results)))
+    return {label: float(np.median(t)) for label, t in times.items()}
+
+
 @click.command()
 @click.option("--model", required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--budget", default="5m", show_default=True)
@@ -119,6 +149,10 @@ def main(model, budget, target, out, seed, trials_per_batch, precision, input_sh
     kb, stock = summary["runs"]["kb"], summary["runs"]["evolutionary"]
     if "latency_tuned_ms" in kb and "latency_tuned_ms" in stock:
         summary["kb_over_stock"] = kb["latency_tuned_ms"] / stock["latency_tuned_ms"]
+        in_turns = time_in_turns({s: Path(work_root or out) / f"work-{s}" / "model.so" for s in STRATEGIES},
+                                 model, input_shapes, target)
+        summary["in_turns_ms"] = {s: seconds * 1e3 for s, seconds in in_turns.items()}
+        summary["kb_over_stock_in_turns"] = in_turns["kb"] / in_turns["evolutionary"]
     summary["wall_s"] = time.time() - started
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     click.echo(json.dumps(summary, indent=1))

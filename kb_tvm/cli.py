@@ -308,7 +308,8 @@ def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, 
         if event == "untuned":
             click.echo(f"untuned: {record['latency_ms']:.4f} ms end to end")
         elif event == "allocate":
-            click.echo(f"[{format_seconds(record['budget_spent_s']):>7}] {record['task']}: {record['why']}")
+            alongside = f" (while {', '.join(record['in_flight'])} measure)" if record.get("in_flight") else ""
+            click.echo(f"[{format_seconds(record['budget_spent_s']):>7}] {record['task']}: {record['why']}{alongside}")
         elif event == "resume":
             click.echo(f"resuming: {format_seconds(record['spent_s'])} already spent")
         elif event == "retire":

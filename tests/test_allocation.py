@@ -156,3 +156,17 @@ def test_a_revived_task_whose_search_cannot_match_its_default_gets_two_batches_n
     curves[1] = [0.2e-3, 0.14e-3, 0.12e-3] + [0.1e-3] * 40
     picks, _ = simulate(tasks, curves, budget_seconds=300)
     assert picks.count(1) > 2
+
+
+def test_tasks_with_a_batch_in_flight_are_neither_chosen_nor_retired():
+    # two devices: the hot task's batch is out, so the next device gets the next task
+    tasks = [TaskStats("fused_matmul_add", weight=1, flop=2e9, latency_default=8e-3),
+             TaskStats("fused_conv2d", weight=1, flop=1e9, latency_default=4e-3),
+             TaskStats("add", weight=1, flop=1e5, latency_default=1e-6)]
+    assert choose_next(tasks, default_batch_seconds=10, seconds_left=100).task == 0
+    choice = choose_next(tasks, default_batch_seconds=10, seconds_left=100, busy=frozenset({0}))
+    assert choice.task == 1 and 2 in choice.retired  # the trivial one still retires; the busy one is left alone
+    tasks[1].record_batch(10, 16, 3.9e-3)  # a little gain: with a second left it would retire...
+    assert 1 in choose_next(tasks, default_batch_seconds=10, seconds_left=1, busy=frozenset({0})).retired
+    choice = choose_next(tasks, default_batch_seconds=10, seconds_left=1, busy=frozenset({0, 1}))
+    assert choice.task is None and choice.retired.keys() == {2}  # ...but not while its next batch is out

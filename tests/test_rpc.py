@@ -95,6 +95,45 @@ def test_tune_op_measures_on_every_server_of_the_tracker(tracker_with_two_server
     assert "best" in result.output and "re-timed" in result.output  # on a server too
 
 
+def _two_matmul_model(path):
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.uniform(-1, 1, shape).astype("float32"), name)
+               for name, shape in (("w1", (64, 128)), ("w2", (128, 64)))]
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+         helper.make_node("MatMul", ["r", "w2"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 64])], initializer=weights)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_a_model_tunes_its_tasks_on_both_servers_at_once(tracker_with_two_servers, tmp_path):
+    """Two servers: while one task's batch is timed, the next task's is built and timed too;
+    every candidate is recorded, and the report says what each server and task cost."""
+    from kb_tvm.measure.candidate_log import CandidateLog
+
+    address, _, _ = tracker_with_two_servers
+    _wait_free(address, 2)
+    work = tmp_path / "work"
+    result = CliRunner().invoke(main, ["tune", str(_two_matmul_model(tmp_path / "mlp.onnx")), "--target", "llvm",
+                                       "--budget", "12s", "--rpc", address, "--key", KEY, "--work-dir", str(work),
+                                       "--no-experience"])
+    assert result.exit_code == 0, result.output
+    assert "measure)" in result.output  # a batch handed out while another was measuring
+    report = json.loads((work / "report.json").read_text())
+    rows = list(CandidateLog.read(work / "candidates.jsonl"))
+    assert report["numerics"]["ok"] and len(rows) == report["trials"] > 0
+    per_device, per_task = report["device_seconds"]["per_device"], report["device_seconds"]["per_task"]
+    assert len(per_device) == 2 and all(s > 0 for s in per_device.values())  # both servers timed candidates
+    assert sum(per_task.values()) == pytest.approx(sum(per_device.values()), rel=1e-3)
+    assert {t["task"] for t in report["tasks"] if t["device_seconds"]} == set(per_task) == {r["task"] for r in rows}
+
+
 def test_a_server_on_another_device_is_refused(tracker_with_two_servers):
     from kb_tvm.measure.remote import RemoteMeasurer, TrackerError
 

@@ -23,7 +23,13 @@ from .precision import (
 from .profiling import profile_kernels, run_and_time
 from .record_choice import better_than_default
 from .relax_build import build, prepare, to_relax
-from .report import _task_row, latency_curve, plot_curve, report_markdown
+from .report import (
+    _task_row,
+    device_seconds,
+    latency_curve,
+    plot_curve,
+    report_markdown,
+)
 from .run_state import read_state, write_state
 
 
@@ -64,13 +70,14 @@ def tune_model(
 
     from ..adapter import (
         CandidateRecorder,
+        KBRunner,
         KBSearch,
         KBTaskScheduler,
         ProgressRecorder,
         RecordDatabase,
         TimeCappedSearch,
     )
-    from ..measure.candidate_log import FILE_NAME
+    from ..measure.candidate_log import FILE_NAME, CandidateLog
     from ..tuning import PIPELINES, STRATEGIES, measurement_pipeline
 
     if strategy not in STRATEGIES:
@@ -111,19 +118,19 @@ def tune_model(
     def measured(point: dict) -> None:
         batches.append({"seconds": tuning_budget.spent, "task": point["task"], "best_ms": point["batch_best_ms"]})
 
-    if strategy == "kb":
-        scheduler = KBTaskScheduler(budget=tuning_budget, on_event=emit, default_latency=default_latency,
-                                    earlier=[TaskStats(**t) for t in earlier["tasks"]] if earlier else None,
-                                    experience=experience)
-        search = KBSearch(budget=tuning_budget, seed=seed, repeatable=repeatable, experience=experience,
-                          log_dir=str(work_dir / "kb_logs"))
-        cost_model = "random"
-    else:
-        scheduler, search, cost_model = "gradient", TimeCappedSearch(budget=tuning_budget), "xgb"
     is_cuda = target.kind.name == "cuda"
     database = RecordDatabase(work_dir=work_dir)
     recorder = ProgressRecorder(on_progress=measured)
     with measurement_pipeline(target, pipeline, builder, runner) as (builder, runner), guard_metaschedule_logger():
+        if strategy == "kb":  # with a KBRunner on several devices, several tasks' batches at once
+            scheduler = KBTaskScheduler(budget=tuning_budget, on_event=emit, default_latency=default_latency,
+                                        earlier=[TaskStats(**t) for t in earlier["tasks"]] if earlier else None,
+                                        experience=experience, runner=runner if isinstance(runner, KBRunner) else None)
+            search = KBSearch(budget=tuning_budget, seed=seed, repeatable=repeatable, experience=experience,
+                              log_dir=str(work_dir / "kb_logs"))
+            cost_model = "random"
+        else:
+            scheduler, search, cost_model = "gradient", TimeCappedSearch(budget=tuning_budget), "xgb"
         kept = CandidateRecorder(work_dir=work_dir, strategy=strategy,
                                  clock=lambda: tuning_budget.spent, builder=builder, runner=runner)
         ms.relax_integration.tune_relax(
@@ -154,6 +161,8 @@ def tune_model(
         mismatch(want, got, tolerance) for want, got in zip(references, tuned_outputs)) if why), None)
     errors = [e for e in (max_abs_error(want, got) for want, got in zip(references, tuned_outputs)) if e is not None]
 
+    on_devices = device_seconds(CandidateLog.read(work_dir / FILE_NAME)) if (work_dir / FILE_NAME).exists() \
+        else device_seconds([])
     weights = {str(t.task_name): float(t.weight) for t in tasks}
     curve = latency_curve(batches, weights, default_latency, untuned_latency)
     plot_curve(work_dir / "latency.png", curve, tuned=(seconds, tuned_latency), title=f"{name} ({strategy})")
@@ -174,11 +183,11 @@ def tune_model(
                      "mismatch": why_not, "max_abs_error": max(errors) if errors else None,
                      "tolerance": tolerance.to_json()},
         "library": str(work_dir / "model.so"), "records": str(work_dir / "database_tuning_record.json"),
-        "candidates": str(work_dir / FILE_NAME),
+        "candidates": str(work_dir / FILE_NAME), "device_seconds": on_devices,
         "plot": str(work_dir / "latency.png"),
         "curve": [{"seconds": round(s, 2), "estimated_ms": round(ms_ * 1e3, 5)} for s, ms_ in curve],
         "tasks": [_task_row(n, weights[n], default_latency[n], used_latency[n], total, total_after,
-                             by_name.get(n))
+                             by_name.get(n), on_devices["per_task"].get(n))
                   for n in sorted(weights, key=lambda n: -weights[n] * default_latency[n])],
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
     }

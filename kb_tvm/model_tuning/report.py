@@ -6,13 +6,30 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def _task_row(name, weight, default, after, total, total_after, stats) -> dict:
+def _task_row(name, weight, default, after, total, total_after, stats, device_seconds=None) -> dict:
     return {"task": name, "weight": weight, "share_of_model_time": weight * default / total,
             "share_at_end": weight * after / total_after,
             "seconds": stats.seconds if stats else None, "trials": stats.trials if stats else None,
+            "device_seconds": device_seconds,
             "latency_before_ms": default * 1e3, "latency_after_ms": after * 1e3,
             "schedule": "default" if after == default else "tuned",
             "retired": stats.retired if stats else None, "revived": stats.revivals if stats else 0}
+
+
+def device_seconds(rows) -> dict:
+    """Seconds the devices spent timing candidates (each candidate's run_s, repeats included),
+    per task and per device ("this machine" where no RPC server did it). Runners that report no
+    run seconds (MetaSchedule's own) leave both empty."""
+    per_task: dict[str, float] = {}
+    per_device: dict[str, float] = {}
+    for row in rows:
+        if row.get("run_s") is None:
+            continue
+        device = row.get("measured_on") or "this machine"
+        per_task[row["task"]] = per_task.get(row["task"], 0.0) + row["run_s"]
+        per_device[device] = per_device.get(device, 0.0) + row["run_s"]
+    return {"per_task": {k: round(v, 3) for k, v in per_task.items()},
+            "per_device": {k: round(v, 3) for k, v in sorted(per_device.items())}}
 
 
 def latency_curve(batches: list[dict], weights: dict[str, float], default_latency: dict[str, float],
@@ -62,6 +79,13 @@ def _tolerance_text(numerics: dict) -> str:
             f"{tolerance['atol_of_scale']:g} x max |reference|))")
 
 
+def _device_lines(seconds: dict | None) -> list[str]:
+    if not seconds or not seconds["per_device"]:
+        return []
+    spent = ", ".join(f"{device} {s:.0f} s" for device, s in seconds["per_device"].items())
+    return [f"- device seconds timing candidates: {spent}"]
+
+
 def report_markdown(report: dict) -> str:
     lines = [
         f"# kb-tvm report: {report['model']}",
@@ -78,6 +102,7 @@ def report_markdown(report: dict) -> str:
         + ("ok" if report["numerics"]["ok"] else f"**MISMATCH: {report['numerics']['mismatch']}**")
         + _tolerance_text(report["numerics"]),
         f"- library: `{report['library']}`",
+        *_device_lines(report.get("device_seconds")),
         "",
         "![end-to-end latency against seconds spent](latency.png)",
         "",
@@ -85,14 +110,16 @@ def report_markdown(report: dict) -> str:
         "tuned build uses (a tuned record only where it beats the default). Share of model time: "
         "weight x latency over all tasks, untuned and at the end.",
         "",
-        "| task | weight | share untuned | share at end | seconds | trials | before ms | after ms | schedule | retired |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| task | weight | share untuned | share at end | seconds | device s | trials | before ms | after ms | schedule "
+        "| retired |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for t in report["tasks"]:
         seconds = "-" if t["seconds"] is None else f"{t['seconds']:.0f}"
         trials = "-" if t["trials"] is None else str(t["trials"])
+        on_device = "-" if t.get("device_seconds") is None else f"{t['device_seconds']:.1f}"
         lines.append(f"| {t['task']} | {t['weight']:g} | {t['share_of_model_time']:.1%} | {t['share_at_end']:.1%} | "
-                     f"{seconds} | {trials} | "
+                     f"{seconds} | {on_device} | {trials} | "
                      f"{t['latency_before_ms']:.4f} | {t['latency_after_ms']:.4f} | {t['schedule']} | "
                      f"{t['retired'] or ''} |")
     return "\n".join(lines) + "\n"
