@@ -374,7 +374,7 @@ class KBTaskScheduler(PyTaskScheduler):
     """
 
     def __init__(self, *, budget: str | float | TuningBudget, floor_share: float = 0.02,
-                 min_gain_left: float = 0.01, on_event: Callable[[dict], None] | None = None,
+                 min_gain_left: float = 0.005, on_event: Callable[[dict], None] | None = None,
                  earlier: list[allocation.TaskStats] | None = None,
                  default_latency: dict[str, float] | None = None,
                  experience: Experience | None = None, runner: KBRunner | None = None) -> None:
@@ -588,7 +588,8 @@ class KBRunner(PyRunner):
         _check("device", device, device in ("cpu", "cuda"), 'must be "cpu" or "cuda"')
         _check("key", key, (tracker is None) == (key is None), "goes with tracker (HOST:PORT), both or neither")
         if tracker is not None:  # every server under the key at a TVM RPC tracker (raises TrackerError)
-            self.measurer = RemoteMeasurer(tracker=tracker, key=key, device_type=device, policy=policy)
+            self.measurer = RemoteMeasurer(tracker=tracker, key=key, device_type=device, policy=policy,
+                                           hang_s=timeout_s)
         else:
             self.measurer = Measurer(device_type=device, device_id=device_id, policy=policy, timeout_s=timeout_s)
         self._batch: list = []  # the last batch's measurement futures

@@ -166,7 +166,7 @@ def test_tasks_with_a_batch_in_flight_are_neither_chosen_nor_retired():
     assert choose_next(tasks, default_batch_seconds=10, seconds_left=100).task == 0
     choice = choose_next(tasks, default_batch_seconds=10, seconds_left=100, busy=frozenset({0}))
     assert choice.task == 1 and 2 in choice.retired  # the trivial one still retires; the busy one is left alone
-    tasks[1].record_batch(10, 16, 3.9e-3)  # a little gain: with a second left it would retire...
-    assert 1 in choose_next(tasks, default_batch_seconds=10, seconds_left=1, busy=frozenset({0})).retired
-    choice = choose_next(tasks, default_batch_seconds=10, seconds_left=1, busy=frozenset({0, 1}))
+    tasks[1].record_batch(10, 16, 3.9e-3)  # a little gain: with a moment left it would retire...
+    assert 1 in choose_next(tasks, default_batch_seconds=10, seconds_left=0.1, busy=frozenset({0})).retired
+    choice = choose_next(tasks, default_batch_seconds=10, seconds_left=0.1, busy=frozenset({0, 1}))
     assert choice.task is None and choice.retired.keys() == {2}  # ...but not while its next batch is out

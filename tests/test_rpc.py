@@ -166,6 +166,51 @@ def test_a_server_killed_mid_batch_loses_no_candidate(tracker_with_two_servers, 
     assert measurer.requeued >= 1 and measurer.live == 1
 
 
+def _sleeping_kernel(tmp_path):
+    """A kernel whose first call sleeps for 1000 s (libc's sleep: it hangs without using a core)."""
+    import tvm
+    from tvm.script import tirx as T
+
+    from kb_tvm.measure.targets import compile_kernel, make_target
+
+    @T.prim_func
+    def main(a: T.Buffer((1,), "float32")):
+        T.func_attr({"global_symbol": "main", "tir.noalias": True})
+        T.evaluate(T.call_extern("int32", "sleep", 1000))
+        a[0] = T.float32(1)
+
+    path = str(tmp_path / "sleep.so")
+    compile_kernel(tvm.IRModule({"main": main}), make_target("llvm")).export_library(path)
+    return path, (("TENSOR", "float32", (1,)),)
+
+
+def test_a_candidate_that_hangs_a_server_fails_alone_and_the_others_go_on(tracker_with_two_servers, tmp_path):
+    """After the kill above one server is left; another joins for this test. The hung one
+    stays busy until the last test kills every server."""
+    from kb_tvm.measure.remote import RemoteMeasurer
+
+    address, servers, _ = tracker_with_two_servers
+    servers.append(_start(["-m", "kb_tvm.cli", "worker", "--tracker", address, "--key", KEY, "--host", "127.0.0.1",
+                           "--port", str(_free_port())]))
+    _wait_free(address, 2)
+    sleeping, sleeping_signature = _sleeping_kernel(tmp_path)
+    artifact, signature = _built_kernel(tmp_path)
+    measurer = RemoteMeasurer(tracker=address, key=KEY, hang_s=3)
+    measurer.start()
+    deadline = time.monotonic() + 30
+    while measurer.live < 2 and time.monotonic() < deadline:
+        time.sleep(0.3)
+    live = measurer.live
+    assert live >= 2
+    hanging = measurer.submit(sleeping, sleeping_signature)
+    others = [measurer.submit(artifact, signature) for _ in range(6)]
+    outcome = hanging.result(timeout=60)
+    assert "no answer in 3 s" in outcome.error and outcome.error.startswith("run on kb-test#")
+    assert [o.error for o in (f.result(timeout=60) for f in others)] == [None] * 6  # the other server timed them
+    assert measurer.live == live - 1 and list(measurer.hung) == [outcome.error.split()[2].rstrip(":")]
+    measurer.close()
+
+
 def test_losing_the_tracker_and_every_server_fails_the_queue_with_why(tracker_with_two_servers, tmp_path):
     """Last of the tests that share the servers: it kills the tracker and the server left."""
     from kb_tvm.measure.remote import RemoteMeasurer, TrackerError

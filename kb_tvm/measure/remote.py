@@ -81,11 +81,16 @@ class RemoteMeasurer:
     """Measures on every server registered under `key` at `tracker` (HOST:PORT): `submit`
     returns a Future of an Outcome whose value is the timing report plus the server that
     measured it. `device_type` is "cpu" or "cuda"; `device_name` pins the device model (e.g.
-    "NVIDIA H200"); None takes the first server's and refuses others."""
+    "NVIDIA H200"); None takes the first server's and refuses others. A candidate with no
+    answer after `hang_s` seconds fails, as a hang does on this machine, and its server is left
+    alone (its call cannot be taken back); the other servers go on with the queue."""
 
     def __init__(self, *, tracker: str, key: str, device_type: str = "cpu", policy: TimingPolicy | None = None,
-                 device_name: str | None = None) -> None:
+                 device_name: str | None = None, hang_s: float = 60.0) -> None:
         parse_tracker(tracker)
+        if not hang_s > 0:
+            raise ValueError(f"hang_s={hang_s!r}: must be a positive number of seconds")
+        self.hang_s = hang_s
         self.tracker, self.key, self.device_type = tracker, key, device_type
         self.policy = policy or TimingPolicy()
         self.device_name = device_name
@@ -93,6 +98,9 @@ class RemoteMeasurer:
         self.sessions: dict[str, threading.Thread] = {}  # server -> its measuring thread
         self.refused: dict[str, str] = {}  # server -> why
         self.requeued = 0
+        self.hung: dict[str, str] = {}  # server -> why it was left
+        self._current: dict[str, tuple[_Job, float]] = {}  # server -> (the job it times, since when)
+        self._current_lock = threading.Lock()
         self.fatal: str | None = None  # why no measurement can happen any more
         self.registered = 0  # servers under the key at the last look, busy or free
         self.watch_s = 1.0
@@ -123,7 +131,7 @@ class RemoteMeasurer:
 
     @property
     def live(self) -> int:
-        return sum(thread.is_alive() for thread in self.sessions.values())
+        return sum(thread.is_alive() for name, thread in self.sessions.items() if name not in self.hung)
 
     def connect(self) -> int:
         """Open a session to each free server under the key; how many this run holds."""
@@ -141,6 +149,7 @@ class RemoteMeasurer:
         candidates fail with why, and the next batch is refused (`fatal`)."""
         while not self._closed:
             time.sleep(self.watch_s)
+            self._leave_hung()
             try:
                 self.connect()
                 lost = None if self.live or self.registered else \
@@ -151,6 +160,22 @@ class RemoteMeasurer:
                 self.fatal = lost
                 self._fail_queued(f"run: {lost}")
                 return
+
+    def _leave_hung(self) -> None:
+        """A server past `hang_s` on one candidate: that candidate fails, the server is left."""
+        now = time.monotonic()
+        with self._current_lock:
+            late = [(name, job) for name, (job, since) in self._current.items() if now - since > self.hang_s]
+            for name, _ in late:
+                del self._current[name]
+        for name, job in late:
+            if job.future.done():
+                continue
+            self.hung[name] = f"no answer in {self.hang_s:.0f} s"
+            log.warning("RPC server %s gave no answer in %.0f s; its candidate fails and the server is left",
+                        name, self.hang_s)
+            job.future.set_result(Outcome(error=f"run on {name}: no answer in {self.hang_s:.0f} s (a kernel "
+                                                f"that never ends?); the server is left"))
 
     def _request(self):
         from tvm import rpc
@@ -192,19 +217,28 @@ class RemoteMeasurer:
             if job is None or self._closed:
                 self._queue.put(None)  # the others stop too
                 return
+            with self._current_lock:
+                self._current[name] = (job, time.monotonic())
             try:
                 outcome = self._measure(name, session, device, fill, cache, job)
             except OUR_BUGS as bug:  # kb's own: surfaces in the tune, never a failed candidate
+                with self._current_lock:
+                    self._current.pop(name, None)
                 job.future.set_exception(bug)
                 raise
             except Exception as err:  # noqa: BLE001 - RPC raises TVMError for both kinds of fault
+                outcome = err
+            with self._current_lock:
+                if self._current.pop(name, None) is None:  # the watcher left this server: its candidate failed
+                    return
+            if isinstance(outcome, Exception):
                 if _server_gone(session):
                     self.requeued += 1
                     log.warning("RPC server %s went away (%s); its candidate goes back to the queue", name,
-                                str(err).strip().splitlines()[-1][:200])
+                                str(outcome).strip().splitlines()[-1][:200])
                     self._queue.put(job)
                     return
-                outcome = Outcome(error=f"run on {name}: {type(err).__name__}: {str(err).strip()[-2000:]}")
+                outcome = Outcome(error=f"run on {name}: {type(outcome).__name__}: {str(outcome).strip()[-2000:]}")
             job.future.set_result(outcome)
 
     def _measure(self, name: str, session, device, fill, cache, job: _Job) -> Outcome:
