@@ -136,6 +136,8 @@ class RemoteMeasurer:
     def connect(self) -> int:
         """Open a session to each free server under the key; how many this run holds."""
         with self._lock:
+            if self._closed:  # the watcher's last look must not take a server another run waits for
+                return self.live
             self.registered, free = servers_under(tracker_summary(self.tracker), self.key)
             for _ in range(free):
                 session = self._request()
@@ -266,7 +268,8 @@ class RemoteMeasurer:
                 job.future.set_result(Outcome(error=why))
 
     def close(self) -> None:
-        self._closed = True
+        with self._lock:  # after a connect in progress: it admits no server after this
+            self._closed = True
         self._fail_queued("run: the measurer was closed")
         self._queue.put(None)
 
