@@ -48,8 +48,8 @@ def build(mod, target, database=None, *, cuda_graph: bool = True):
     Relax's lowering for the target. cuda_graph (CUDA targets only): launch the runs of kernels
     that touch no model input or output as one CUDA graph each, captured on the first call
     (Relax's RewriteCUDAGraph): a BERT forward is 233 launches of ~5 us through the VM. Inputs
-    and outputs stay outside the graphs, so a second call with other tensors is still right. TIR lowers with `build_config` per function, as each
-    kernel was built when it was tuned: on CUDA a tensor-core record needs merged shared memory
+    and outputs stay outside the graphs, so a second call with other tensors is still right.
+    TIR lowers with `build_config` per function, as each kernel was built when it was tuned: on CUDA a tensor-core record needs merged shared memory
     to lower, and dlight's reductions fail under it. Not `compile_relax`, which
     would fuse the prepared module again before applying the records and so change the
     functions the records were tuned for."""
