@@ -44,7 +44,7 @@ def main(model, precision, input_shapes, target, logs, out) -> None:
         run_and_time,
         to_relax,
     )
-    from .model_tuning.precision import max_abs_error, mismatch, model_space
+    from .model_tuning.precision import compare_sets, model_space
     from .model_tuning.replay import records_from_candidates
 
     onnx_model = load_onnx(model, dict(parse_input_shape(text) for text in input_shapes))
@@ -60,9 +60,9 @@ def main(model, precision, input_shapes, target, logs, out) -> None:
         for graphs in (True, False) if tvm_target.kind.name == "cuda" else (False,):
             outputs, seconds = run_and_time(build(mod, tvm_target, database, cuda_graph=graphs), tvm_target,
                                             input_sets)
-            why = next((w for w in (mismatch(r, o, tolerance) for r, o in zip(references, outputs)) if w), None)
+            why, worst_error = compare_sets(references, outputs, tolerance)
             entry = {"latency_ms": seconds * 1e3, "numerics_ok": why is None, "mismatch": why,
-                     "max_abs_error": max(max_abs_error(r, o) or 0.0 for r, o in zip(references, outputs))}
+                     "max_abs_error": worst_error}
             result["builds"][f"{label}, {'graphs' if graphs else 'no graphs'}"] = entry
             click.echo(f"{label:>10} {'graphs' if graphs else 'no graphs':>9}: {seconds * 1e3:.4f} ms"
                        + ("" if why is None else f"  MISMATCH {why}"))

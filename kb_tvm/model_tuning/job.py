@@ -15,9 +15,8 @@ from .onnx_input import example_inputs, onnxruntime_outputs
 from .precision import (
     TOLERANCES,
     check_precision,
+    compare_sets,
     lower_precision,
-    max_abs_error,
-    mismatch,
     model_space,
 )
 from .profiling import profile_kernels, run_and_time
@@ -157,9 +156,7 @@ def tune_model(
     else:
         references, reference_name = [outputs for outputs, _ in by_onnxruntime], by_onnxruntime[0][1]
     tolerance = TOLERANCES[precision]
-    why_not = next((f"input set {index + 1}: {why}" for index, why in enumerate(
-        mismatch(want, got, tolerance) for want, got in zip(references, tuned_outputs)) if why), None)
-    errors = [e for e in (max_abs_error(want, got) for want, got in zip(references, tuned_outputs)) if e is not None]
+    why_not, worst_error = compare_sets(references, tuned_outputs, tolerance)
 
     on_devices = device_seconds(CandidateLog.read(work_dir / FILE_NAME)) if (work_dir / FILE_NAME).exists() \
         else device_seconds([])
@@ -180,7 +177,7 @@ def tune_model(
         **({"latency_tuned_without_cuda_graph_ms": without_graphs * 1e3} if graphs else {}),
         "precision": precision,
         "numerics": {"checked_against": reference_name, "input_sets": len(input_sets), "ok": why_not is None,
-                     "mismatch": why_not, "max_abs_error": max(errors) if errors else None,
+                     "mismatch": why_not, "max_abs_error": worst_error,
                      "tolerance": tolerance.to_json()},
         "library": str(work_dir / "model.so"), "records": str(work_dir / "database_tuning_record.json"),
         "candidates": str(work_dir / FILE_NAME), "device_seconds": on_devices,

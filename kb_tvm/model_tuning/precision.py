@@ -110,6 +110,16 @@ def mismatch(expected: list[np.ndarray], actual: list[np.ndarray], tolerance: To
     return None
 
 
+def compare_sets(expected: list[list[np.ndarray]], actual: list[list[np.ndarray]],
+                 tolerance: Tolerance) -> tuple[str | None, float | None]:
+    """Outputs for several sets of inputs against their references: why the first set that
+    misses `tolerance` misses (None: all within it), and the largest abs error over all sets."""
+    why = next((f"input set {index + 1}: {why}" for index, why in enumerate(
+        mismatch(want, got, tolerance) for want, got in zip(expected, actual)) if why), None)
+    errors = [e for e in (max_abs_error(want, got) for want, got in zip(expected, actual)) if e is not None]
+    return why, max(errors) if errors else None
+
+
 def max_abs_error(expected: list[np.ndarray], actual: list[np.ndarray]) -> float | None:
     errors = [float(np.max(np.abs(g.astype(np.float64) - w.astype(np.float64))))
               for w, g in zip(expected, actual) if w.shape == g.shape and w.size]

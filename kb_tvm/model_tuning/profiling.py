@@ -30,19 +30,20 @@ def run_and_time(executable, target, input_sets: list[list[np.ndarray]],
 
     device = tvm.cuda(0) if target.kind.name == "cuda" else tvm.cpu(0)
     vm = relax.VirtualMachine(executable, device)
+    tensor_sets = [[tvm.runtime.tensor(a, device) for a in inputs] for inputs in input_sets]
 
-    def run(inputs):
-        out = vm["main"](*[tvm.runtime.tensor(a, device) for a in inputs])
+    def run(args):
+        out = vm["main"](*args)
         return [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]
 
     started = time.perf_counter()
-    outputs = [run(input_sets[0])]
+    outputs = [run(tensor_sets[0])]
     number, repeat = calls_for(time.perf_counter() - started, 5, repeat)
-    vm.set_input("main", *[tvm.runtime.tensor(a, device) for a in input_sets[0]])
+    vm.set_input("main", *tensor_sets[0])
     timer = vm.time_evaluator("invoke_stateful", device, number=number, repeat=repeat,
                              min_repeat_ms=50 if number > 1 else 0)
     seconds = float(np.median(timer("main").results))
-    return outputs + [run(inputs) for inputs in input_sets[1:]], seconds
+    return outputs + [run(args) for args in tensor_sets[1:]], seconds
 
 
 def profile_kernels(executable, target, tasks, repeat: int = 5) -> dict[str, float]:

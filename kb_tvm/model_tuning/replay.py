@@ -27,8 +27,6 @@ def records_from_candidates(path: str | Path, tasks, target, space):
     fastest candidate's trace replayed onto the task and postprocessed as the design space
     `space` (the one it was tuned in) does. A trace that no longer replays is an error: the log
     is from another model, precision or TVM."""
-    import json
-
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
     from tvm.s_tir.schedule import Schedule, Trace
@@ -44,7 +42,7 @@ def records_from_candidates(path: str | Path, tasks, target, space):
         context = ms.TuneContext(mod=mod, target=target, space_generator=space, task_name=name)
         sch = Schedule(mod, debug_mask="none")
         try:
-            Trace.apply_json_to_schedule(json.loads(json.dumps(row["trace"])), sch)
+            Trace.apply_json_to_schedule(row["trace"], sch)
             sch.enter_postproc()
             replayed = all(p.apply(sch) for p in context.space_generator.postprocs)
         except Exception as err:  # noqa: BLE001 - TVM raises many kinds; said once, with the task
