@@ -80,6 +80,28 @@ def test_tolerances_scale_with_the_outputs_and_loosen_with_fewer_bits():
     assert "shape" in mismatch(want, [want[0][:2]], fp16)
 
 
+def test_half_precision_casts_each_tensor_once_however_many_matmuls_read_it():
+    """Q, K and V read the same layer norm output: one cast kernel serves them (before the
+    fix, ToMixedPrecision's one cast per consumer made three identical launches)."""
+    import tvm
+    from tvm import relax
+
+    from kb_tvm.model_tuning import load_onnx, lower_precision, prepare, to_relax
+
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+    mod = prepare(lower_precision(to_relax(load_onnx(SHIPPED)), "fp16"), target)
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    casts = []
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and expr.op.same_as(call_tir) and expr.args[0].name_hint.startswith("cast"):
+            casts.append(str(expr.args[1]))
+
+    relax.analysis.post_order_visit(mod["main"], visit)
+    assert casts, "the fp16 module casts the layer norms' outputs for the matmuls"
+    assert len(casts) == len(set(casts)), casts
+
+
 def test_half_precision_tasks_get_the_tensor_core_space_on_cuda():
     """No GPU needed: the CUDA design spaces of the fp16 model's tasks are made on the CPU."""
     import tvm
