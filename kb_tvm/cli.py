@@ -396,6 +396,58 @@ def train_model_command(key, experience_dir, out) -> None:
     click.echo(f"trained on {meta['rows']} rows from {meta['workloads']} workloads: {out}")
 
 
+@main.command("replay")
+@click.argument("dataset", required=False)
+@click.option("--list", "list_only", is_flag=True, help="Name the datasets, marking those held out from training.")
+@click.option("--policy", type=click.Choice(["rules", "evolutionary", "random"]), default="rules", show_default=True,
+              help="rules: kb's search; evolutionary: an emulation of stock MetaSchedule's; random: uniform samples.")
+@click.option("--budget", default="240s", show_default=True, callback=_budget,
+              help="Simulated seconds, as the dataset's recorded costs count them.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--no-snap", is_flag=True, help="Answer schedules the dataset lacks with its surrogate instead of the "
+              "nearest recorded schedule (results that lean on it are counted).")
+@click.option("--datasets", "folders", multiple=True, type=click.Path(file_okay=False),
+              help="A folder of datasets besides those shipped (repeatable), e.g. the repository's datasets/.")
+@click.option("--json-out", type=click.Path(dir_okay=False), default=None, help="Summary and anytime curve as JSON.")
+def replay_command(dataset, list_only, policy, budget, seed, no_snap, folders, json_out) -> None:
+    """Run a tuning strategy against a recorded dataset on a simulated clock: no GPU, seconds of CPU."""
+    from .replay import POLICIES, DatasetError, ReplayEnv, catalog
+
+    try:
+        if list_only:
+            for entry in catalog.entries(folders):
+                head = _dataset_head(entry.path)
+                click.echo(f"{entry.name:40s} {head['size']:6d} schedules {head['valid']:6d} valid"
+                           f"{'  held out' if entry.held_out else ''}")
+            return
+        if dataset is None:
+            _fail("name a dataset (kb-tvm replay --list shows them) or pass --list")
+        entry, data = catalog.load(dataset, folders)
+    except DatasetError as err:
+        _fail(str(err))
+    env = ReplayEnv(data, budget=budget, snap=not no_snap)
+    POLICIES[policy]().run(env, seed=seed)
+    summary = {"policy": policy, "seed": seed, "held_out": entry.held_out, "snap": not no_snap, **env.summary()}
+    best = None
+    for point in env.curve:
+        if point["best_ms"] is not None and point["best_ms"] != best:
+            best = point["best_ms"]
+            click.echo(f"[{format_seconds(point['seconds']):>7}] trials {point['trials']:5d}  best {best:.4f} ms")
+    leaned = f", {env.surrogate_trials} from the surrogate" if env.surrogate_trials else ""
+    click.echo(f"{data.name} {policy}: best {summary['best_ms'] or float('nan'):.4f} ms (dataset best "
+               f"{summary['dataset_best_ms'] or float('nan'):.4f}), area under curve {summary['area_under_curve']:.3f}, "
+               f"{env.trials} trials{leaned} in {format_seconds(env.seconds)} simulated")
+    if json_out:
+        Path(json_out).write_text(json.dumps(summary, indent=1))
+
+
+def _dataset_head(path: Path) -> dict:
+    import gzip
+
+    with gzip.open(path, "rt") as f:
+        return json.loads(f.readline())
+
+
 def _register_experience() -> None:
     from .experience_cli import experience_group
 

@@ -18,7 +18,9 @@ from .logger_guard import guard_metaschedule_logger
 from .measure.records import record_latency
 from .measure.targets import available_cpus, physical_cores
 
-STRATEGIES = ("kb", "evolutionary")
+# "random": MetaSchedule's replay-trace, uniform samples of the design spaces (the replay
+# datasets record it beside the two searches, so a dataset is not only what they liked)
+STRATEGIES = ("kb", "evolutionary", "random")
 
 
 @dataclass
@@ -122,8 +124,8 @@ def tune_operator(
     quiet: bool = False,
     experience=None,
 ) -> TuneResult:
-    """Tune `workload` for `budget` wall seconds with kb (KBSearch) or stock MetaSchedule
-    (EvolutionarySearch stopped at the budget). Builder and runner default to local ones.
+    """Tune `workload` for `budget` wall seconds with kb (KBSearch), stock MetaSchedule
+    (EvolutionarySearch stopped at the budget) or "random" (stock's replay-trace). Builder and runner default to local ones.
     on_progress gets the anytime curve's points, on_event KBSearch's decision-log events.
     pipeline: the builder and runner when none are given: kb's persistent ones or stock's.
     seed, repeatable: see KBSearch's options of those names.
@@ -160,6 +162,9 @@ def tune_operator(
         search = KBSearch(budget=tuning_budget, seed=seed, repeatable=repeatable, on_event=event,
                           experience=experience, log_dir=str(work_dir / "kb_logs"))
         cost_model = "random"  # KBSearch trains its own model; skip training the stock one
+    elif strategy == "random":
+        search = TimeCappedSearch(budget=tuning_budget, inner="replay-trace")
+        cost_model = "random"
     else:
         search = TimeCappedSearch(budget=tuning_budget)
         cost_model = "xgb"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -33,8 +34,13 @@ class TaskSearch:
 
     def __init__(self, *, context, design_spaces, templates: list[Template], budget: TuningBudget | TaskClock,
                  options: SearchOptions, max_trials: int, trials_per_batch: int, log: DecisionLog,
-                 borrowed: list[Borrowed] | None = None, prior: PriorModel | None = None) -> None:
+                 borrowed: list[Borrowed] | None = None, prior: PriorModel | None = None,
+                 factory=None, clock: Callable[[], float] = time.monotonic) -> None:
+        """`factory`: where candidates come from (default: a CandidateFactory of `context`; the
+        replay environment passes one over a recorded dataset); `clock`: seconds, the
+        budget's (replay: simulated)."""
         self.ctx = context
+        self.clock = clock
         self.budget = budget
         self.opt = options
         self.log = log
@@ -44,8 +50,8 @@ class TaskSearch:
         costs = self.borrowed[0].costs if self.borrowed else None  # the nearest workload's
         cost = decisions.MeasurementCost() if costs is None else decisions.MeasurementCost(
             costs["per_candidate_s"], per_batch=costs["per_batch_s"], per_run_second=costs["per_run_second"])
-        self.factory = CandidateFactory(context=context, design_spaces=design_spaces, templates=templates,
-                                        options=options, rng=self.rng, log=log)
+        self.factory = factory or CandidateFactory(context=context, design_spaces=design_spaces,
+                                                   templates=templates, options=options, rng=self.rng, log=log)
         self.plan = Planner(options=options, budget=budget, trials_per_batch=trials_per_batch, max_trials=max_trials,
                             num_cores=self.factory.num_cores, cost=cost,
                             won_before=frozenset(name for b in self.borrowed for name in b.regions_won[:1]))
@@ -72,7 +78,7 @@ class TaskSearch:
 
     # ------------------------------------------------------------ the loop
     def next_batch(self) -> list[Candidate] | None:
-        self.batch_started = time.monotonic()
+        self.batch_started = self.clock()
         if self.plan.why_stop() is not None:
             self.stop(self.plan.stop_reason)
             return None
@@ -93,7 +99,7 @@ class TaskSearch:
 
     def observe(self, results: list[tuple[float | None, str | None]]) -> None:
         """results[i] = (mean run seconds or None, error or None) for in_flight[i]."""
-        seconds = time.monotonic() - self.batch_started
+        seconds = self.clock() - self.batch_started
         improved_from = self.best.latency if self.best else math.inf
         rows = []
         for cand, (latency, error), predicted, origin in zip(
@@ -140,7 +146,7 @@ class TaskSearch:
 
     # ------------------------------------------------------------ where candidates start
     def _sample_regions(self) -> None:
-        started = time.monotonic()
+        started = self.clock()
         self.sampled = True
         # sampling is cheap, but never let it eat more than its share of the budget (unless repeatable)
         deadline = math.inf if self.opt.repeatable else started + max(
@@ -157,14 +163,14 @@ class TaskSearch:
             if not open_spaces:
                 break
             for space_index in open_spaces:
-                if tries[space_index] and time.monotonic() >= deadline:
+                if tries[space_index] and self.clock() >= deadline:
                     continue
                 asked = min(chunk if tries[space_index] else first_chunk, wanted - found[space_index])
                 tries[space_index] += asked
                 made = self.factory.sample(space_index, asked)
                 self.pool += made
                 found[space_index] += len(made)
-            if time.monotonic() >= deadline and all(tries):
+            if self.clock() >= deadline and all(tries):
                 break
         self.pinned += self.factory.known_good()
         self._borrow()
@@ -174,7 +180,7 @@ class TaskSearch:
         self.log.write(
             "coarse-sampled", design_spaces=len(self.factory.spaces), templates=[t.name for t in self.factory.templates],
             valid=len(self.pool), known_good=[c.origin for c in self.pinned if c.origin == "dlight"],
-            dropped=dict(self.factory.dropped), seconds=time.monotonic() - started,
+            dropped=dict(self.factory.dropped), seconds=self.clock() - started,
             banned_choices=[f"s{space}:{inst}={choice}" for space, inst, choice in self.factory.categorical_bans.banned()],
             regions={name: {"sampled": s.sampled} for name, s in self.plan.regions.items()})
 
@@ -349,12 +355,12 @@ class FinePhase:
         plan, factory = task.plan, task.factory
         elites = plan.parents(task.measured)
         fresh, generations, per_generation = plan.proposal_split(count, bool(elites), task.model.informed)
-        deadline = time.monotonic() + plan.proposing_seconds(count)
+        deadline = task.clock() + plan.proposing_seconds(count)
         population = [(math.log(c.latency), c) for c in elites]
         proposals: list[Candidate] = []
         self.generations_run = 0
         for _ in range(generations):
-            if time.monotonic() >= deadline:
+            if task.clock() >= deadline:
                 break
             children = factory.mutate([c for _, c in population], per_generation, small_steps=plan.refining,
                                       deadline=deadline)

@@ -1,0 +1,163 @@
+"""The replay environment on small made-up datasets (no TVM, no measurements) and on a shipped
+recorded one through the CLI."""
+
+import gzip
+import itertools
+import json
+import math
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from kb_tvm.cli import main
+from kb_tvm.replay import (
+    POLICIES,
+    Dataset,
+    NeighbourSurrogate,
+    Point,
+    ReplayEnv,
+    build_dataset,
+    catalog,
+)
+from kb_tvm.replay.dataset import decision_key
+
+TILES = ["[1,64]", "[2,32]", "[4,16]", "[8,8]", "[16,4]", "[32,2]"]
+UNROLL = ["0", "16", "64", "512"]
+
+
+def _trace(decisions):
+    return [[], [[inst, json.loads(value)] for inst, value in decisions]]
+
+
+def _made_up(latency, *, build_s=0.5, run_s=0.25, per_batch_s=1.0, fail=lambda d: False, strategies=("random",)):
+    """Sketch "a": two tile decisions and an unroll; features one-hot of the decisions, so a
+    cost model can learn `latency` (seconds, from the three value indices)."""
+    points = []
+    for i, j, u in itertools.product(range(len(TILES)), range(len(TILES)), range(len(UNROLL))):
+        decisions = ((2, TILES[i]), (4, TILES[j]), (7, UNROLL[u]))
+        features = np.zeros(len(TILES) * 2 + len(UNROLL))
+        features[[i, len(TILES) + j, 2 * len(TILES) + u]] = 1.0
+        failed = fail((i, j, u))
+        points.append(Point(sketch="a", decisions=decisions, trace=_trace(decisions), features=features,
+                            latency_s=None if failed else latency(i, j, u), error="run: boom" if failed else None,
+                            build_s=build_s, run_s=run_s, measurements=0 if failed else 1, strategies=strategies))
+    return Dataset(name="made-up", workload="w", task="t", target=json.dumps({"kind": "llvm", "num-cores": 2}),
+                   points=points, per_batch_s=per_batch_s, builders=2)
+
+
+def _bowl(i, j, u):  # best at tiles (3, 2), unroll 2: 10 us; smooth around it
+    return 1e-5 * (1.0 + 0.3 * abs(i - 3) + 0.2 * abs(j - 2) + 0.1 * abs(u - 2))
+
+
+def test_the_clock_advances_by_the_recorded_costs_of_each_batch():
+    """16 per batch (llvm): 1 s fixed + 16 x 0.5 s of builds over 2 builders + 16 x 0.25 s of runs."""
+    env = ReplayEnv(_made_up(_bowl), budget=20)
+    POLICIES["random"]().run(env, seed=0)
+    assert [p["seconds"] for p in env.curve] == [9.0, 18.0, 27.0]  # the third starts at 18 s, before 20
+    assert env.trials == 48 and env.budget.spent == 27.0 and env.budget.exhausted
+
+
+@pytest.mark.parametrize("policy", ["rules", "evolutionary", "random"])
+def test_a_replay_is_the_same_for_the_same_seed(policy):
+    runs = []
+    for _ in range(2):
+        env = ReplayEnv(_made_up(_bowl), budget=40)
+        POLICIES[policy]().run(env, seed=3)
+        runs.append(env.summary())
+    assert runs[0] == runs[1] and runs[0]["trials"] > 0
+
+
+def test_kbs_rules_run_their_own_phases_and_find_the_bottom_of_the_bowl():
+    env = ReplayEnv(_made_up(_bowl), budget=60)
+    policy = POLICIES["rules"]()
+    policy.run(env, seed=0)
+    events = [e["event"] for e in policy.events]
+    assert events[:2] == ["coarse-sampled", "batch"] and "regions" in events and "proposals" in events
+    assert events[-1] == "stop"
+    assert env.best_s <= 1.1e-5 * 1.0001  # 144 schedules; the best is 1.0e-5 and its neighbours 1.1e-5
+    assert env.surrogate_trials == 0
+
+
+def test_a_schedule_the_dataset_lacks_snaps_to_a_recorded_one_or_asks_the_surrogate():
+    data = _made_up(_bowl)
+    data.points = [p for p in data.points if p.decisions != ((2, TILES[3]), (4, TILES[2]), (7, UNROLL[2]))]
+    data = Dataset(**{k: getattr(data, k) for k in ("name", "workload", "task", "target", "points", "per_batch_s",
+                                                      "builders")})
+    missing = ((2, TILES[3]), (4, TILES[2]), (7, UNROLL[2]))
+    snapped = ReplayEnv(data, budget=10)
+    q = snapped.lookup("a", missing)
+    assert q.decisions != missing and sum(a != b for a, b in zip(q.decisions, missing)) == 1
+    assert snapped.measure([q])[0].surrogate is False and snapped.surrogate_trials == 0
+    assert snapped.lookup("a", missing, avoid={("a", q.decisions)}).decisions not in (missing, q.decisions)
+
+    asked = ReplayEnv(data, budget=10, snap=False)
+    q = asked.lookup("a", missing)
+    assert q.decisions == missing
+    outcome = asked.measure([q])[0]
+    neighbours = [data.points[i].latency_s for i in asked.surrogate.neighbours("a", missing)[:5]]
+    assert outcome.surrogate and outcome.latency_s == pytest.approx(math.exp(np.mean(np.log(neighbours))))
+    summary = asked.summary()
+    assert summary["surrogate_trials"] == 1 and summary["best_from_surrogate"]
+
+
+def test_the_surrogates_error_is_measured_on_the_dataset():
+    smooth = NeighbourSurrogate(_made_up(_bowl)).error
+    rng = np.random.default_rng(0)
+    noise = {key: float(rng.uniform(1e-5, 1e-4)) for key in itertools.product(range(6), range(6), range(4))}
+    random = NeighbourSurrogate(_made_up(lambda *key: noise[key])).error
+    assert smooth["median_relative_error"] < random["median_relative_error"]
+    assert smooth["rank_correlation"] > 0.5 > random["rank_correlation"]
+    failing = NeighbourSurrogate(_made_up(_bowl, fail=lambda key: key[0] == 0)).error
+    assert 0.8 < failing["failure_agreement"] <= 1.0
+
+
+def test_a_dataset_merges_the_runs_of_one_workload(tmp_path):
+    from kb_tvm.measure.candidate_log import CandidateLog, CandidateRow
+
+    target = json.dumps({"kind": "llvm", "num-cores": 2})
+
+    def row(decisions, latency, *, batch, job_s, strategy, workload="w1", error=None):
+        return CandidateRow(task="t1" if workload == "w1" else "t2", workload=workload, target=target, sketch="a",
+                            trace=_trace(decisions), latency_s=None if latency is None else [latency, latency],
+                            error=error, build_s=0.4, run_s=0.1, run_verdict=None, job_s=job_s, batch=batch,
+                            features=[1.0, 2.0], strategy=strategy)
+
+    same, other, bad = ((2, "[1,4]"),), ((2, "[2,2]"),), ((2, "[4,1]"),)
+    first, second = CandidateLog(tmp_path / "kb.jsonl"), CandidateLog(tmp_path / "random.jsonl.gz")
+    first.append([row(same, 2e-5, batch=0, job_s=3.0, strategy="kb"), row(bad, None, batch=0, job_s=3.0,
+                  strategy="kb", error="build: no"), row(other, 5e-5, batch=1, job_s=6.0, strategy="kb"),
+                  row(same, 9e-5, batch=1, job_s=6.0, strategy="kb", workload="w2")])
+    with gzip.open(tmp_path / "random.jsonl.gz", "wt") as f:
+        f.write(json.dumps({**vars(row(same, 4e-5, batch=0, job_s=2.0, strategy="random")), "kind": "candidate",
+                            "schema": "kb-tvm/candidates/1"}) + "\n")
+    with pytest.raises(ValueError, match="2 workloads"):
+        build_dataset([first.path, second.path], name="d")
+    data = build_dataset([first.path, second.path], name="d", workload="w1")
+    assert data.size == 3 and data.task == "t1"
+    merged = data.points[data.index[("a", decision_key(_trace(same)))]]
+    assert merged.latency_s == pytest.approx(3e-5) and merged.strategies == ("kb", "random")
+    failed = data.points[data.index[("a", decision_key(_trace(bad)))]]
+    assert failed.latency_s is None and failed.error == "build: no"
+    # kb's batch 1 came 3 s after batch 0, and its two candidates (both workloads) cost 0.4 / 2 + 0.1 each
+    assert data.per_batch_s == pytest.approx(3.0 - 2 * 0.3)
+    assert data.uniform_indices == [data.index[("a", decision_key(_trace(same)))]]
+    saved = Dataset.load(data.save(tmp_path / "d.jsonl.gz"))
+    assert saved.header() == data.header() and saved.keys == data.keys
+
+
+def test_replay_from_the_command_line_on_a_shipped_dataset(tmp_path):
+    shipped = catalog.entries()
+    assert shipped, "kb_tvm/replay/data holds at least one dataset"
+    listed = CliRunner().invoke(main, ["replay", "--list"])
+    assert listed.exit_code == 0 and all(e.name in listed.output for e in shipped)
+    out = tmp_path / "replay.json"
+    result = CliRunner().invoke(main, ["replay", shipped[0].name, "--policy", "evolutionary", "--budget", "30s",
+                                       "--json-out", str(out)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(out.read_text())
+    assert summary["policy"] == "evolutionary" and summary["seconds"] >= 30 and summary["curve"]
+    assert 0 < summary["area_under_curve"] <= 1 and summary["best_ms"] >= summary["dataset_best_ms"]
+    wrong = CliRunner().invoke(main, ["replay", "no-such-dataset"])
+    assert wrong.exit_code == 1 and "no dataset 'no-such-dataset'" in wrong.output
+    assert len(wrong.output.strip().splitlines()) == 1
