@@ -122,15 +122,22 @@ class KBSearch(PySearchStrategy):
     `seed` (default: tune_tir's) seeds its random choices: samples, mutations, ties.
     `repeatable=True` also draws samples from explicit seeds in a fixed order with no time limit
     on how many, so one seed proposes the same first batch; the measurements' noise and the
-    wall-clock budget still make two runs part later. Other options: `SearchOptions`.
+    wall-clock budget still make two runs part later. `agent`: a trained `kb_tvm.agent.MacroPolicy`
+    that picks each fine-phase batch's macro-action (the rules where it is unsure; None: the
+    rules alone). Other options: `SearchOptions`.
     """
 
     def __init__(self, *, budget: str | float | TuningBudget, templates_dir: str | None = None,
                  log_dir: str | None = None, on_event: Callable[[dict], None] | None = None,
-                 experience: Experience | None = None, **options) -> None:
+                 experience: Experience | None = None, agent=None, **options) -> None:
+        from .agent import MacroPolicy
+
         _check("experience", experience, experience is None or isinstance(experience, Experience),
                "must be a kb_tvm.Experience or None")
+        _check("agent", agent, agent is None or isinstance(agent, MacroPolicy),
+               "must be a kb_tvm.agent.MacroPolicy or None")
         self.experience = experience
+        self.agent = agent
         self.budget = budget if isinstance(budget, TuningBudget) else TuningBudget(budget)
         self.options = _validated_options(**options)
         self.templates_dir = templates_dir
@@ -176,7 +183,7 @@ class KBSearch(PySearchStrategy):
         self.task = TaskSearch(context=self.context, design_spaces=design_spaces, templates=templates,
                                budget=self.budget.task(task_name), options=options, max_trials=int(max_trials),
                                trials_per_batch=int(num_trials_per_iter), log=log, borrowed=borrowed,
-                               prior=prior)
+                               prior=prior, steer=self.agent)
         log.write("start", task=self.context.task_name, target=str(self.context.target.export()),
                   budget_s=self.budget.total, budget_spent_s=self.budget.spent, max_trials=int(max_trials),
                   trials_per_batch=int(num_trials_per_iter), design_spaces=len(design_spaces),
@@ -215,7 +222,7 @@ class KBSearch(PySearchStrategy):
     def clone(self) -> SearchStrategy:
         # clones (one per task) share the budget: it counts seconds of the whole job
         return KBSearch(budget=self.budget, templates_dir=self.templates_dir, log_dir=self.log_dir,
-                        on_event=self.on_event, experience=self.experience, **vars(self.options))
+                        on_event=self.on_event, experience=self.experience, agent=self.agent, **vars(self.options))
 
 
 @derived_object

@@ -126,7 +126,7 @@ def main(workloads, budget, target, order, trials_per_batch, seed, side_by_side,
                                        strategy=strategy, pipeline=pipeline, trials_per_batch=trials_per_batch,
                                        seed=seed, on_progress=progress, quiet=True)
                 beside = f"{out_path.stem}-{name}-{label.replace('@', '-')}"  # files kept beside the JSON
-                if strategy == "kb":  # the decision log
+                if strategy in ("kb", "agent"):  # the decision log
                     logs = sorted(Path(work_dir, "kb_logs").glob("*.jsonl"))
                     if logs:
                         out_path.with_name(f"{beside}-log.jsonl").write_text(logs[0].read_text())

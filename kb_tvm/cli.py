@@ -399,8 +399,11 @@ def train_model_command(key, experience_dir, out) -> None:
 @main.command("replay")
 @click.argument("dataset", required=False)
 @click.option("--list", "list_only", is_flag=True, help="Name the datasets, marking those held out from training.")
-@click.option("--policy", type=click.Choice(["rules", "evolutionary", "random"]), default="rules", show_default=True,
-              help="rules: kb's search; evolutionary: an emulation of stock MetaSchedule's; random: uniform samples.")
+@click.option("--policy", type=click.Choice(["rules", "agent", "evolutionary", "random"]), default="rules",
+              show_default=True, help="rules: kb's search; agent: kb's search steered by the trained agent; "
+              "evolutionary: an emulation of stock MetaSchedule's; random: uniform samples.")
+@click.option("--agent", "agent_path", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="The agent for --policy agent (default: the one shipped with kb_tvm).")
 @click.option("--budget", default="240s", show_default=True, callback=_budget,
               help="Simulated seconds, as the dataset's recorded costs count them.")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -409,9 +412,10 @@ def train_model_command(key, experience_dir, out) -> None:
 @click.option("--datasets", "folders", multiple=True, type=click.Path(file_okay=False),
               help="A folder of datasets besides those shipped (repeatable), e.g. the repository's datasets/.")
 @click.option("--json-out", type=click.Path(dir_okay=False), default=None, help="Summary and anytime curve as JSON.")
-def replay_command(dataset, list_only, policy, budget, seed, no_snap, folders, json_out) -> None:
+def replay_command(dataset, list_only, policy, agent_path, budget, seed, no_snap, folders, json_out) -> None:
     """Run a tuning strategy against a recorded dataset on a simulated clock: no GPU, seconds of CPU."""
     from .replay import POLICIES, DatasetError, ReplayEnv, catalog
+    from .replay.policies import agent_policy
 
     try:
         if list_only:
@@ -426,7 +430,11 @@ def replay_command(dataset, list_only, policy, budget, seed, no_snap, folders, j
     except DatasetError as err:
         _fail(str(err))
     env = ReplayEnv(data, budget=budget, snap=not no_snap)
-    POLICIES[policy]().run(env, seed=seed)
+    try:
+        strategy = agent_policy(agent_path) if policy == "agent" else POLICIES[policy]()
+    except ValueError as err:  # an agent file of another schema
+        _fail(str(err))
+    strategy.run(env, seed=seed)
     summary = {"policy": policy, "seed": seed, "held_out": entry.held_out, "snap": not no_snap, **env.summary()}
     best = None
     for point in env.curve:
@@ -439,6 +447,36 @@ def replay_command(dataset, list_only, policy, budget, seed, no_snap, folders, j
                f"{env.trials} trials{leaned} in {format_seconds(env.seconds)} simulated")
     if json_out:
         Path(json_out).write_text(json.dumps(summary, indent=1))
+
+
+@main.command("train-agent")
+@click.option("--datasets", "folders", multiple=True, type=click.Path(file_okay=False),
+              help="A folder of datasets besides those shipped (repeatable); held-out ones are never used.")
+@click.option("--budget", default="240s", show_default=True, callback=_budget, help="Simulated seconds per episode.")
+@click.option("--episodes", default=4, show_default=True, type=click.IntRange(1), help="Runs per dataset.")
+@click.option("--seconds-cost", default=0.01, show_default=True, type=click.FloatRange(0.0),
+              help="What a whole budget of seconds is worth in relative speed-up (the reward's price of time).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", type=click.Path(dir_okay=False), required=True, help="The agent (JSON).")
+def train_agent_command(folders, budget, episodes, seconds_cost, seed, out) -> None:
+    """Train the agent offline: kb's search replayed on every training dataset under random
+    macro-actions, then fitted Q-iteration. No GPU."""
+    from .agent import collect, fit
+    from .replay import DatasetError, catalog
+
+    try:
+        entries = [e for e in catalog.entries(folders) if not e.held_out]
+        datasets = [catalog.load(str(e.path))[1] for e in entries]
+    except DatasetError as err:
+        _fail(str(err))
+    if not datasets:
+        _fail("no training dataset: every dataset found is held out")
+    click.echo(f"collecting: {len(datasets)} datasets x {episodes} episodes of {budget}")
+    transitions = collect(datasets, budget=parse_budget(budget), episodes=episodes, seed=seed,
+                          seconds_cost=seconds_cost)
+    policy = fit(transitions, seed=seed, source=f"kb-tvm train-agent ({len(transitions)} transitions)",
+                 trained_on=[e.name for e in entries])
+    click.echo(f"trained on {len(transitions)} transitions: {policy.save(out)}")
 
 
 def _dataset_head(path: Path) -> dict:

@@ -19,8 +19,9 @@ from .measure.records import record_latency
 from .measure.targets import available_cpus, physical_cores
 
 # "random": MetaSchedule's replay-trace, uniform samples of the design spaces (the replay
-# datasets record it beside the two searches, so a dataset is not only what they liked)
-STRATEGIES = ("kb", "evolutionary", "random")
+# datasets record it beside the two searches, so a dataset is not only what they liked);
+# "agent": kb steered by the trained agent shipped in kb_tvm/models/agent.json
+STRATEGIES = ("kb", "agent", "evolutionary", "random")
 
 
 @dataclass
@@ -158,9 +159,12 @@ def tune_operator(
         if on_event is not None:
             on_event(record)
 
-    if strategy == "kb":
+    if strategy in ("kb", "agent"):
+        from .agent import MacroPolicy
+
         search = KBSearch(budget=tuning_budget, seed=seed, repeatable=repeatable, on_event=event,
-                          experience=experience, log_dir=str(work_dir / "kb_logs"))
+                          experience=experience, log_dir=str(work_dir / "kb_logs"),
+                          agent=MacroPolicy.load() if strategy == "agent" else None)
         cost_model = "random"  # KBSearch trains its own model; skip training the stock one
     elif strategy == "random":
         search = TimeCappedSearch(budget=tuning_budget, inner="replay-trace")

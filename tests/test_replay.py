@@ -9,50 +9,23 @@ import math
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from replay_helpers import TILES, UNROLL, bowl, made_up, trace_of
 
 from kb_tvm.cli import main
 from kb_tvm.replay import (
     POLICIES,
     Dataset,
     NeighbourSurrogate,
-    Point,
     ReplayEnv,
     build_dataset,
     catalog,
 )
 from kb_tvm.replay.dataset import decision_key
 
-TILES = ["[1,64]", "[2,32]", "[4,16]", "[8,8]", "[16,4]", "[32,2]"]
-UNROLL = ["0", "16", "64", "512"]
-
-
-def _trace(decisions):
-    return [[], [[inst, json.loads(value)] for inst, value in decisions]]
-
-
-def _made_up(latency, *, build_s=0.5, run_s=0.25, per_batch_s=1.0, fail=lambda d: False, strategies=("random",)):
-    """Sketch "a": two tile decisions and an unroll; features one-hot of the decisions, so a
-    cost model can learn `latency` (seconds, from the three value indices)."""
-    points = []
-    for i, j, u in itertools.product(range(len(TILES)), range(len(TILES)), range(len(UNROLL))):
-        decisions = ((2, TILES[i]), (4, TILES[j]), (7, UNROLL[u]))
-        features = np.zeros(len(TILES) * 2 + len(UNROLL))
-        features[[i, len(TILES) + j, 2 * len(TILES) + u]] = 1.0
-        failed = fail((i, j, u))
-        points.append(Point(sketch="a", decisions=decisions, trace=_trace(decisions), features=features,
-                            latency_s=None if failed else latency(i, j, u), error="run: boom" if failed else None,
-                            build_s=build_s, run_s=run_s, measurements=0 if failed else 1, strategies=strategies))
-    return Dataset(name="made-up", workload="w", task="t", target=json.dumps({"kind": "llvm", "num-cores": 2}),
-                   points=points, per_batch_s=per_batch_s, builders=2)
-
-
-def _bowl(i, j, u):  # best at tiles (3, 2), unroll 2: 10 us; smooth around it
-    return 1e-5 * (1.0 + 0.3 * abs(i - 3) + 0.2 * abs(j - 2) + 0.1 * abs(u - 2))
-
 
 def test_the_clock_advances_by_the_recorded_costs_of_each_batch():
     """16 per batch (llvm): 1 s fixed + 16 x 0.5 s of builds over 2 builders + 16 x 0.25 s of runs."""
-    env = ReplayEnv(_made_up(_bowl), budget=20)
+    env = ReplayEnv(made_up(bowl), budget=20)
     POLICIES["random"]().run(env, seed=0)
     assert [p["seconds"] for p in env.curve] == [9.0, 18.0, 27.0]  # the third starts at 18 s, before 20
     assert env.trials == 48 and env.budget.spent == 27.0 and env.budget.exhausted
@@ -62,14 +35,14 @@ def test_the_clock_advances_by_the_recorded_costs_of_each_batch():
 def test_a_replay_is_the_same_for_the_same_seed(policy):
     runs = []
     for _ in range(2):
-        env = ReplayEnv(_made_up(_bowl), budget=40)
+        env = ReplayEnv(made_up(bowl), budget=40)
         POLICIES[policy]().run(env, seed=3)
         runs.append(env.summary())
     assert runs[0] == runs[1] and runs[0]["trials"] > 0
 
 
-def test_kbs_rules_run_their_own_phases_and_find_the_bottom_of_the_bowl():
-    env = ReplayEnv(_made_up(_bowl), budget=60)
+def test_kbs_rules_run_their_own_phases_and_find_the_bottom_of_thebowl():
+    env = ReplayEnv(made_up(bowl), budget=60)
     policy = POLICIES["rules"]()
     policy.run(env, seed=0)
     events = [e["event"] for e in policy.events]
@@ -80,7 +53,7 @@ def test_kbs_rules_run_their_own_phases_and_find_the_bottom_of_the_bowl():
 
 
 def test_a_schedule_the_dataset_lacks_snaps_to_a_recorded_one_or_asks_the_surrogate():
-    data = _made_up(_bowl)
+    data = made_up(bowl)
     data.points = [p for p in data.points if p.decisions != ((2, TILES[3]), (4, TILES[2]), (7, UNROLL[2]))]
     data = Dataset(**{k: getattr(data, k) for k in ("name", "workload", "task", "target", "points", "per_batch_s",
                                                       "builders")})
@@ -102,13 +75,13 @@ def test_a_schedule_the_dataset_lacks_snaps_to_a_recorded_one_or_asks_the_surrog
 
 
 def test_the_surrogates_error_is_measured_on_the_dataset():
-    smooth = NeighbourSurrogate(_made_up(_bowl)).error
+    smooth = NeighbourSurrogate(made_up(bowl)).error
     rng = np.random.default_rng(0)
     noise = {key: float(rng.uniform(1e-5, 1e-4)) for key in itertools.product(range(6), range(6), range(4))}
-    random = NeighbourSurrogate(_made_up(lambda *key: noise[key])).error
+    random = NeighbourSurrogate(made_up(lambda *key: noise[key])).error
     assert smooth["median_relative_error"] < random["median_relative_error"]
     assert smooth["rank_correlation"] > 0.5 > random["rank_correlation"]
-    failing = NeighbourSurrogate(_made_up(_bowl, fail=lambda key: key[0] == 0)).error
+    failing = NeighbourSurrogate(made_up(bowl, fail=lambda key: key[0] == 0)).error
     assert 0.8 < failing["failure_agreement"] <= 1.0
 
 
@@ -119,7 +92,7 @@ def test_a_dataset_merges_the_runs_of_one_workload(tmp_path):
 
     def row(decisions, latency, *, batch, job_s, strategy, workload="w1", error=None):
         return CandidateRow(task="t1" if workload == "w1" else "t2", workload=workload, target=target, sketch="a",
-                            trace=_trace(decisions), latency_s=None if latency is None else [latency, latency],
+                            trace=trace_of(decisions), latency_s=None if latency is None else [latency, latency],
                             error=error, build_s=0.4, run_s=0.1, run_verdict=None, job_s=job_s, batch=batch,
                             features=[1.0, 2.0], strategy=strategy)
 
@@ -135,13 +108,13 @@ def test_a_dataset_merges_the_runs_of_one_workload(tmp_path):
         build_dataset([first.path, second.path], name="d")
     data = build_dataset([first.path, second.path], name="d", workload="w1")
     assert data.size == 3 and data.task == "t1"
-    merged = data.points[data.index[("a", decision_key(_trace(same)))]]
+    merged = data.points[data.index[("a", decision_key(trace_of(same)))]]
     assert merged.latency_s == pytest.approx(3e-5) and merged.strategies == ("kb", "random")
-    failed = data.points[data.index[("a", decision_key(_trace(bad)))]]
+    failed = data.points[data.index[("a", decision_key(trace_of(bad)))]]
     assert failed.latency_s is None and failed.error == "build: no"
     # kb's batch 1 came 3 s after batch 0, and its two candidates (both workloads) cost 0.4 / 2 + 0.1 each
     assert data.per_batch_s == pytest.approx(3.0 - 2 * 0.3)
-    assert data.uniform_indices == [data.index[("a", decision_key(_trace(same)))]]
+    assert data.uniform_indices == [data.index[("a", decision_key(trace_of(same)))]]
     saved = Dataset.load(data.save(tmp_path / "d.jsonl.gz"))
     assert saved.header() == data.header() and saved.keys == data.keys
 

@@ -108,12 +108,14 @@ class EvolutionaryPolicy(ReplayPolicy):
 
 
 class RulesPolicy(ReplayPolicy):
-    """kb's search as it runs on a GPU or CPU, on the dataset."""
+    """kb's search as it runs on a GPU or CPU, on the dataset; `steer`: a meta-policy choosing
+    its macro-actions (kb_tvm.agent; None: the rules alone)."""
 
     name = "rules"
 
-    def __init__(self, *, options: SearchOptions | None = None) -> None:
+    def __init__(self, *, options: SearchOptions | None = None, steer=None) -> None:
         self.options = options
+        self.steer = steer
 
     def run(self, env: ReplayEnv, *, seed: int) -> None:
         options = self.options or SearchOptions()
@@ -123,7 +125,7 @@ class RulesPolicy(ReplayPolicy):
         factory = ReplayFactory(env, rng=np.random.default_rng(seed))
         task = TaskSearch(context=None, design_spaces=[], templates=[], budget=env.budget, options=options,
                           max_trials=10**9, trials_per_batch=default_batch(env), log=log, factory=factory,
-                          clock=lambda: env.seconds)
+                          clock=lambda: env.seconds, steer=self.steer)
         while (batch := task.next_batch()) is not None:
             outcomes = env.measure([c.sch for c in batch])
             task.observe([(o.latency_s, o.error) for o in outcomes])
@@ -201,7 +203,14 @@ class _NoBans:
         return []
 
 
-POLICIES = {"rules": RulesPolicy, "evolutionary": EvolutionaryPolicy, "random": RandomPolicy}
+def agent_policy(path=None) -> RulesPolicy:
+    """kb's search steered by a trained agent (default: the one shipped in kb_tvm/models)."""
+    from ..agent import MacroPolicy
+
+    return RulesPolicy(steer=MacroPolicy.load() if path is None else MacroPolicy.load(path))
+
+
+POLICIES = {"rules": RulesPolicy, "agent": agent_policy, "evolutionary": EvolutionaryPolicy, "random": RandomPolicy}
 
 
 def _values_by_place(env: ReplayEnv) -> dict[tuple[str, int], list[str]]:

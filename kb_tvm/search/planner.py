@@ -17,6 +17,12 @@ from . import decisions
 from .options import SearchOptions
 
 
+# what a meta-policy (kb_tvm/agent) may direct before a fine-phase batch, in place of the rules:
+# fresh samples and the model's uncertainty count most, the model's best guesses only, small
+# steps from the very best, or stop the task
+MACRO_ACTIONS = ("explore", "exploit", "refine", "stop")
+
+
 class Planner:
     """The policy of one task's search: pacing, regions, phases, parents, choices, stopping."""
 
@@ -34,6 +40,9 @@ class Planner:
         self.regions: dict[str, decisions.RegionStats] = {}
         self.kept_regions: list[str] = []
         self.refining = False
+        self.directive: str | None = None  # a meta-policy's macro-action for this batch; None: the rules
+        self.last_rate = 0.0  # expected gain per second of the last batch's proposals
+        self.last_sigma = 0.0  # the model's mean uncertainty over them (log-latency)
         self.trials = 0
         self.batches = 0
         self.low_gain_rounds = 0
@@ -152,9 +161,20 @@ class Planner:
         return ranked
 
     # ------------------------------------------------------------ fine phase
+    def direct(self, action: str | None, why: str = "") -> None:
+        """A meta-policy's macro-action for the next batch (None: the rules decide it)."""
+        if action is not None and action not in MACRO_ACTIONS:
+            raise ValueError(f"macro-action {action!r}: use one of {', '.join(MACRO_ACTIONS)} or None")
+        self.directive = action
+        if action == "stop":
+            self.stop(f"the agent stopped it: {why}" if why else "the agent stopped it")
+        elif action is not None:
+            self.refining = action == "refine"
+
     def refine_due(self) -> bool:
-        """True once, when the budget reaches `refine_after`: only local refinement after."""
-        if self.refining or self.budget.fraction_used < self.opt.refine_after:
+        """True once, when the budget reaches `refine_after`: only local refinement after
+        (unless a meta-policy directs)."""
+        if self.directive is not None or self.refining or self.budget.fraction_used < self.opt.refine_after:
             return False
         self.refining = True
         return True
@@ -172,7 +192,12 @@ class Planner:
         generations under the model only once it has learned something."""
         if not have_parents:
             return count, 0, 0
-        explore_share = 0.0 if self.refining else self.opt.explore_share * (1.0 - self.budget.fraction_used)
+        if self.directive == "explore":
+            explore_share = min(0.9, 2 * self.opt.explore_share)
+        elif self.refining or self.directive == "exploit":
+            explore_share = 0.0
+        else:
+            explore_share = self.opt.explore_share * (1.0 - self.budget.fraction_used)
         slots = max(1, count // self.opt.proposals_per_trial)
         fresh = min(count, math.ceil(2 * explore_share * slots))
         generations = self.opt.generations if model_informed else 1
@@ -192,13 +217,20 @@ class Planner:
 
     def exploration(self) -> float:
         """How much uncertainty counts in scoring now (0 while refining)."""
-        return 0.0 if self.refining else decisions.exploration_weight(self.budget.fraction_used)
+        if self.refining:
+            return 0.0
+        if self.directive == "explore":
+            return decisions.exploration_weight(0.0)
+        if self.directive == "exploit":
+            return self.opt.min_exploration
+        return decisions.exploration_weight(self.budget.fraction_used)
 
     def score(self, mu: np.ndarray, sigma: np.ndarray, keys: list[list[str]], latency_s: np.ndarray,
               best_log_latency: float, batch_size: int) -> dict[str, np.ndarray]:
         """Expected gain, predicted seconds and gain per second of each proposal."""
         p_fail = np.array([self.failures.probability(k) for k in keys])
         seconds = self.cost.predict(latency_s, batch_size=batch_size)
+        self.last_sigma = float(np.mean(sigma)) if len(sigma) else 0.0
         gain, per_second = decisions.score_proposals(mu, sigma, p_fail, seconds, best_log_latency,
                                                      max(self.exploration(), self.opt.min_exploration))
         return {"gain": gain, "seconds": seconds, "per_second": per_second, "p_fail": p_fail,
@@ -206,14 +238,15 @@ class Planner:
 
     def check_worth(self, rate: float, model_trained: bool) -> None:
         """Stop when spending the rest at this expected gain per second buys too little,
-        `patience` rounds in a row."""
+        `patience` rounds in a row; a meta-policy's directive overrides the stop."""
+        self.last_rate = rate
         if not model_trained:
             return
         if decisions.worth_continuing(rate, self.budget.remaining, self.opt.min_total_gain):
             self.low_gain_rounds = 0
             return
         self.low_gain_rounds += 1
-        if self.low_gain_rounds >= self.opt.patience:
+        if self.low_gain_rounds >= self.opt.patience and self.directive is None:
             self.stop(f"expected gain {rate:.2e}/s x {self.budget.remaining:.0f}s left < "
                       f"{self.opt.min_total_gain:.1%} for {self.low_gain_rounds} rounds")
 

@@ -35,12 +35,15 @@ class TaskSearch:
     def __init__(self, *, context, design_spaces, templates: list[Template], budget: TuningBudget | TaskClock,
                  options: SearchOptions, max_trials: int, trials_per_batch: int, log: DecisionLog,
                  borrowed: list[Borrowed] | None = None, prior: PriorModel | None = None,
-                 factory=None, clock: Callable[[], float] = time.monotonic) -> None:
+                 factory=None, clock: Callable[[], float] = time.monotonic,
+                 steer: Callable[[TaskSearch], str | None] | None = None) -> None:
         """`factory`: where candidates come from (default: a CandidateFactory of `context`; the
         replay environment passes one over a recorded dataset); `clock`: seconds, the
-        budget's (replay: simulated)."""
+        budget's (replay: simulated); `steer`: a meta-policy asked for a macro-action before
+        each fine-phase batch (planner.MACRO_ACTIONS, or None to leave it to the rules)."""
         self.ctx = context
         self.clock = clock
+        self.steer = steer
         self.budget = budget
         self.opt = options
         self.log = log
@@ -89,6 +92,12 @@ class TaskSearch:
             self.stop(self.plan.stop_reason)
             return None
         self.phase = self.phase.next(self)
+        if self.steer is not None and isinstance(self.phase, FinePhase):
+            self.plan.direct(self.steer(self))
+            if self.plan.stop_reason is not None:
+                self.stop(self.plan.stop_reason)
+                return None
+            self.phase.name = "refine" if self.plan.refining else "fine"
         batch = self.phase.batch(self, n)
         if not batch:
             self.stop("no new valid candidate could be generated")

@@ -1,0 +1,52 @@
+"""The agent trained offline in the replay environment, on made-up datasets (no TVM)."""
+
+import numpy as np
+import pytest
+from replay_helpers import bowl, made_up
+
+from kb_tvm.agent import FEATURES, MacroPolicy, collect, fit
+from kb_tvm.replay import ReplayEnv, RulesPolicy
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """Trained where every schedule is as fast as the next (nothing to gain) and on a bowl with
+    a 30% gain to find; seconds are dear (a whole budget costs as much as doubling the speed)."""
+    flat, curved = made_up(lambda i, j, u: 2e-5), made_up(bowl)
+    transitions = collect([flat, curved], budget=60, episodes=8, seed=0, seconds_cost=1.0)
+    return fit(transitions, source="made-up"), flat, curved
+
+
+def _first_macro(policy, dataset):
+    env = ReplayEnv(dataset, budget=60)
+    run = RulesPolicy(steer=policy)
+    run.run(env, seed=1)
+    return next(e for e in run.events if e["event"] == "macro"), env
+
+
+def test_the_agent_learns_to_stop_where_gains_vanish(trained):
+    policy, flat, curved = trained
+    first, env = _first_macro(policy, flat)
+    assert first["action"] == "stop" and first["source"] == "policy"
+    assert env.seconds < 20  # one coarse batch and no more, of a 60-s budget
+    first, env = _first_macro(policy, curved)
+    assert first["action"] != "stop" and env.seconds > 20
+
+
+def test_the_rules_take_over_out_of_distribution(trained):
+    policy = trained[0]
+    state = (policy.low + policy.high) / 2
+    state[FEATURES.index("failure_rate")] = 50.0  # never seen in training
+    action, why = policy.choose(state)
+    assert action is None and why["source"] == "fallback" and "failure_rate" in why["why"]
+
+
+def test_a_saved_agent_decides_as_the_trained_one(trained, tmp_path):
+    policy = trained[0]
+    loaded = MacroPolicy.load(policy.save(tmp_path / "agent.json"))
+    states = np.stack([policy.low, (policy.low + policy.high) / 2, policy.high])
+    assert np.allclose(loaded.mean_values(states), policy.mean_values(states))
+    assert [loaded.choose(s)[0] for s in states] == [policy.choose(s)[0] for s in states]
+    (tmp_path / "bad.json").write_text('{"schema": "other"}')
+    with pytest.raises(ValueError, match="not an agent of schema"):
+        MacroPolicy.load(tmp_path / "bad.json")
