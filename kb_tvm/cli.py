@@ -414,7 +414,7 @@ def train_model_command(key, experience_dir, out) -> None:
 @click.option("--json-out", type=click.Path(dir_okay=False), default=None, help="Summary and anytime curve as JSON.")
 def replay_command(dataset, list_only, policy, agent_path, budget, seed, no_snap, folders, json_out) -> None:
     """Run a tuning strategy against a recorded dataset on a simulated clock: no GPU, seconds of CPU."""
-    from .replay import POLICIES, DatasetError, ReplayEnv, catalog
+    from .replay import POLICIES, RECORDED_AS, DatasetError, ReplayEnv, catalog
     from .replay.policies import agent_policy
 
     try:
@@ -429,7 +429,7 @@ def replay_command(dataset, list_only, policy, agent_path, budget, seed, no_snap
         entry, data = catalog.load(dataset, folders)
     except DatasetError as err:
         _fail(str(err))
-    env = ReplayEnv(data, budget=budget, snap=not no_snap)
+    env = ReplayEnv(data, budget=budget, snap=not no_snap, strategy=RECORDED_AS[policy])
     try:
         strategy = agent_policy(agent_path) if policy == "agent" else POLICIES[policy]()
     except ValueError as err:  # an agent file of another schema
@@ -457,8 +457,9 @@ def replay_command(dataset, list_only, policy, agent_path, budget, seed, no_snap
 @click.option("--seconds-cost", default=0.01, show_default=True, type=click.FloatRange(0.0),
               help="What a whole budget of seconds is worth in relative speed-up (the reward's price of time).")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--jobs", default=1, show_default=True, type=click.IntRange(1), help="Processes replaying episodes.")
 @click.option("--out", type=click.Path(dir_okay=False), required=True, help="The agent (JSON).")
-def train_agent_command(folders, budget, episodes, seconds_cost, seed, out) -> None:
+def train_agent_command(folders, budget, episodes, seconds_cost, seed, jobs, out) -> None:
     """Train the agent offline: kb's search replayed on every training dataset under random
     macro-actions, then fitted Q-iteration. No GPU."""
     from .agent import collect, fit
@@ -473,7 +474,7 @@ def train_agent_command(folders, budget, episodes, seconds_cost, seed, out) -> N
         _fail("no training dataset: every dataset found is held out")
     click.echo(f"collecting: {len(datasets)} datasets x {episodes} episodes of {budget}")
     transitions = collect(datasets, budget=parse_budget(budget), episodes=episodes, seed=seed,
-                          seconds_cost=seconds_cost)
+                          seconds_cost=seconds_cost, jobs=jobs)
     policy = fit(transitions, seed=seed, source=f"kb-tvm train-agent ({len(transitions)} transitions)",
                  trained_on=[e.name for e in entries])
     click.echo(f"trained on {len(transitions)} transitions: {policy.save(out)}")

@@ -113,7 +113,7 @@ def test_a_dataset_merges_the_runs_of_one_workload(tmp_path):
     failed = data.points[data.index[("a", decision_key(trace_of(bad)))]]
     assert failed.latency_s is None and failed.error == "build: no"
     # kb's batch 1 came 3 s after batch 0, and its two candidates (both workloads) cost 0.4 / 2 + 0.1 each
-    assert data.per_batch_s == pytest.approx(3.0 - 2 * 0.3)
+    assert data.per_batch_s == pytest.approx(3.0 - 2 * 0.3) and data.per_batch_by_strategy == {"kb": data.per_batch_s}
     assert data.uniform_indices == [data.index[("a", decision_key(trace_of(same)))]]
     saved = Dataset.load(data.save(tmp_path / "d.jsonl.gz"))
     assert saved.header() == data.header() and saved.keys == data.keys

@@ -37,27 +37,36 @@ class Transition:
 
 
 def collect(datasets: list[Dataset], *, budget: float, episodes: int, seed: int = 0, seconds_cost: float = 0.01,
-            stop_prob: float = 0.03, repeat_prob: float = 0.5) -> list[Transition]:
-    transitions: list[Transition] = []
-    for d_index, dataset in enumerate(datasets):
-        for episode in range(episodes):
-            rng = np.random.default_rng([seed, d_index, episode])
-            env = ReplayEnv(dataset, budget=budget)
-            steps: list[tuple[np.ndarray, str, float, float]] = []  # state, action, seconds, best then
+            stop_prob: float = 0.03, repeat_prob: float = 0.5, jobs: int = 1) -> list[Transition]:
+    """Transitions of `episodes` runs on each dataset, in order (`jobs` processes run them)."""
+    work = [(dataset, budget, [seed, d_index, episode], seconds_cost, stop_prob, repeat_prob)
+            for d_index, dataset in enumerate(datasets) for episode in range(episodes)]
+    if jobs <= 1:
+        return [t for job in work for t in _episode(job)]
+    from concurrent.futures import ProcessPoolExecutor
 
-            def behaviour(task, rng=rng, env=env, steps=steps) -> str:
-                if steps and rng.random() < repeat_prob:
-                    action = steps[-1][1]
-                elif rng.random() < stop_prob:
-                    action = "stop"
-                else:
-                    action = str(rng.choice(VALUED))
-                steps.append((observe(task), action, env.seconds, env.best_s))
-                return action
+    with ProcessPoolExecutor(jobs) as pool:
+        return [t for part in pool.map(_episode, work) for t in part]
 
-            RulesPolicy(steer=behaviour).run(env, seed=int(rng.integers(1 << 30)))
-            transitions += _transitions(steps, env, seconds_cost)
-    return transitions
+
+def _episode(job) -> list[Transition]:
+    dataset, budget, seed, seconds_cost, stop_prob, repeat_prob = job
+    rng = np.random.default_rng(seed)
+    env = ReplayEnv(dataset, budget=budget, strategy="kb")  # kb's search, steered
+    steps: list[tuple[np.ndarray, str, float, float]] = []  # state, action, seconds, best then
+
+    def behaviour(task) -> str:
+        if steps and rng.random() < repeat_prob:
+            action = steps[-1][1]
+        elif rng.random() < stop_prob:
+            action = "stop"
+        else:
+            action = str(rng.choice(VALUED))
+        steps.append((observe(task), action, env.seconds, env.best_s))
+        return action
+
+    RulesPolicy(steer=behaviour).run(env, seed=int(rng.integers(1 << 30)))
+    return _transitions(steps, env, seconds_cost)
 
 
 def _transitions(steps, env: ReplayEnv, seconds_cost: float) -> list[Transition]:

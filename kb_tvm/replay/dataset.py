@@ -64,7 +64,9 @@ class Point:
 @dataclass
 class Dataset:
     """The points of one workload on one target, and how a batch of them cost time when they
-    were recorded: batch seconds = per_batch_s + sum(build_s) / builders + sum(run_s)."""
+    were recorded: batch seconds = per_batch_s + sum(build_s) / builders + sum(run_s).
+    per_batch_s is the median over every recorded batch; per_batch_by_strategy each
+    strategy's own (its search's time between batches is in it: stock's evolution costs more)."""
 
     name: str
     workload: str  # structural hash of the task's module
@@ -73,6 +75,7 @@ class Dataset:
     points: list[Point]
     per_batch_s: float
     builders: int
+    per_batch_by_strategy: dict[str, float] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
     module: str | None = None  # the task's module (tvm.ir.save_json), to rebuild a point
 
@@ -102,15 +105,18 @@ class Dataset:
         except (json.JSONDecodeError, AttributeError):
             return self.target.split()[0]
 
-    def batch_seconds(self, points: Iterable[Point]) -> float:
+    def batch_seconds(self, points: Iterable[Point], per_batch_s: float | None = None) -> float:
         points = list(points)
-        return self.per_batch_s + sum(p.build_s for p in points) / self.builders + sum(p.run_s for p in points)
+        fixed = self.per_batch_s if per_batch_s is None else per_batch_s
+        return fixed + sum(p.build_s for p in points) / self.builders + sum(p.run_s for p in points)
 
     def header(self) -> dict:
         return {"kind": "dataset", "schema": SCHEMA, "name": self.name, "workload": self.workload,
                 "task": self.task, "target": self.target, "size": self.size,
                 "valid": sum(p.ok for p in self.points), "best_latency_s": self.best_latency_s,
-                "per_batch_s": round(self.per_batch_s, 4), "builders": self.builders,
+                "per_batch_s": round(self.per_batch_s, 4),
+                "per_batch_by_strategy": {k: round(v, 4) for k, v in self.per_batch_by_strategy.items()},
+                "builders": self.builders,
                 "strategies": _strategy_counts(self.points), "sources": self.sources, "module": self.module}
 
     def save(self, path: str | Path) -> Path:
@@ -140,7 +146,8 @@ class Dataset:
                   for r in lines[1:] if r.get("kind") == "point"]
         return cls(name=head["name"], workload=head["workload"], task=head["task"], target=head["target"],
                    points=points, per_batch_s=head["per_batch_s"], builders=head["builders"],
-                   sources=head.get("sources", []), module=head.get("module"))
+                   per_batch_by_strategy=head.get("per_batch_by_strategy", {}), sources=head.get("sources", []),
+                   module=head.get("module"))
 
 
 def build_dataset(logs: list[str | Path], *, name: str, workload: str | None = None) -> Dataset:
@@ -191,8 +198,10 @@ def build_dataset(logs: list[str | Path], *, name: str, workload: str | None = N
             build_s=builds[0] if builds else build_default, run_s=runs[0] if runs else run_default,
             measurements=len(latencies), strategies=tuple(sorted({r["strategy"] for r in group}))))
     builders = _builders(target)
+    fixed = _fixed_batch_seconds(all_rows, builders)
     return Dataset(name=name, workload=workload, task=first["task"], target=target, points=points,
-                   per_batch_s=_per_batch_seconds(all_rows, builders), builders=builders,
+                   per_batch_s=statistics.median([s for ss in fixed.values() for s in ss]) if fixed else 0.0,
+                   per_batch_by_strategy={k: statistics.median(v) for k, v in fixed.items()}, builders=builders,
                    sources=sorted({r["source"] for r in rows}), module=modules.get(workload))
 
 
@@ -206,24 +215,24 @@ def _builders(target: str) -> int:
     return max(1, int(host.get("num-cores", 1)))
 
 
-def _per_batch_seconds(rows: list[dict], builders: int) -> float:
-    """The fixed cost of a batch as recorded: per run and batch, the wall seconds since the
-    batch before (`job_s`) less its candidates' builds (in parallel) and runs; the median.
-    Batches are numbered per run, across its tasks."""
+def _fixed_batch_seconds(rows: list[dict], builders: int) -> dict[str, list[float]]:
+    """The fixed cost of each recorded batch, by strategy: the wall seconds since the batch
+    before in its run (`job_s`) less its candidates' builds (in parallel) and runs. Batches are
+    numbered per run, across its tasks."""
     batches: dict[tuple, list[dict]] = {}
     for r in rows:
         batches.setdefault((r["source"], r["strategy"], r["batch"]), []).append(r)
     by_run: dict[tuple, list[tuple[int, list[dict]]]] = {}
     for (source, strategy, batch), group in batches.items():
         by_run.setdefault((source, strategy), []).append((batch, group))
-    fixed = []
-    for runs in by_run.values():
+    fixed: dict[str, list[float]] = {}
+    for (_, strategy), runs in by_run.items():
         runs.sort(key=lambda item: item[0])
         for (_, before), (_, group) in itertools.pairwise(runs):
             wall = max(r["job_s"] for r in group) - max(r["job_s"] for r in before)
             work = sum(r.get("build_s") or 0.0 for r in group) / builders + sum(r.get("run_s") or 0.0 for r in group)
-            fixed.append(max(0.0, wall - work))
-    return statistics.median(fixed) if fixed else 0.0
+            fixed.setdefault(strategy, []).append(max(0.0, wall - work))
+    return fixed
 
 
 def _strategy_counts(points: list[Point]) -> dict[str, int]:

@@ -37,10 +37,13 @@ class Outcome:
 
 
 class ReplayEnv:
-    def __init__(self, dataset: Dataset, *, budget: str | float, snap: bool = True,
+    def __init__(self, dataset: Dataset, *, budget: str | float, snap: bool = True, strategy: str | None = None,
                  surrogate: NeighbourSurrogate | None = None) -> None:
+        """`strategy`: the recorded strategy whose fixed cost per batch the clock charges (its
+        search's own time is in it); None or one the dataset lacks: the median of all."""
         self.dataset = dataset
         self.snap = snap
+        self.per_batch_s = dataset.per_batch_by_strategy.get(strategy, dataset.per_batch_s)
         self.surrogate = surrogate or NeighbourSurrogate(dataset)
         self.seconds = 0.0
         self.budget = TuningBudget(budget, clock=lambda: self.seconds).start()
@@ -93,7 +96,7 @@ class ReplayEnv:
             outcomes.append(Outcome(latency, None if latency is not None else "surrogate: its neighbours failed",
                                     True))
             costs.append(_typical(self.dataset, near))
-        self.seconds += self.dataset.batch_seconds(costs)
+        self.seconds += self.dataset.batch_seconds(costs, self.per_batch_s)
         for o in outcomes:
             self.trials += 1
             self.failed += o.latency_s is None

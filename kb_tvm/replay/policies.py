@@ -210,6 +210,9 @@ def agent_policy(path=None) -> RulesPolicy:
     return RulesPolicy(steer=MacroPolicy.load() if path is None else MacroPolicy.load(path))
 
 
+# whose recorded batches a policy's clock is charged like (its search's own time per batch)
+RECORDED_AS = {"rules": "kb", "agent": "kb", "evolutionary": "evolutionary", "random": "random"}
+
 POLICIES = {"rules": RulesPolicy, "agent": agent_policy, "evolutionary": EvolutionaryPolicy, "random": RandomPolicy}
 
 
