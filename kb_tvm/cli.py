@@ -43,7 +43,7 @@ def _experience(experience_dir, no_experience: bool, strategy: str):
 
     if no_experience and experience_dir:
         _fail("--experience and --no-experience contradict each other: give one")
-    if no_experience or strategy != "kb":
+    if no_experience or strategy not in ("kb", "agent"):
         return None
     return Experience(experience_dir)
 
@@ -105,8 +105,8 @@ def _seed_options(command):
 def _check_repeatable(repeatable: bool, seed, strategy: str) -> None:
     if repeatable and seed is None:
         _fail("--repeatable needs --seed N")
-    if repeatable and strategy != "kb":
-        _fail("--repeatable applies to --strategy kb (stock MetaSchedule draws samples on several threads)")
+    if repeatable and strategy not in ("kb", "agent"):
+        _fail("--repeatable applies to --strategy kb or agent (stock MetaSchedule draws samples on several threads)")
 
 
 def _show_event(record: dict) -> None:
@@ -150,8 +150,9 @@ def list_ops() -> None:
               help="llvm, cuda, or a JSON target. Default: cuda if a GPU is present, else llvm on all cores.")
 @click.option("--work-dir", type=click.Path(file_okay=False), default=None,
               help="Where records, logs and the decision log go. Default: ./kb-work/NAME-STRATEGY")
-@click.option("--strategy", type=click.Choice(["kb", "evolutionary"]), default="kb", show_default=True,
-              help="kb (KBSearch) or stock MetaSchedule, for a side-by-side run.")
+@click.option("--strategy", type=click.Choice(["kb", "agent", "evolutionary"]), default="kb", show_default=True,
+              help="kb (KBSearch), agent (KBSearch steered by the trained agent) or stock MetaSchedule, "
+              "for a side-by-side run.")
 @_pipeline_option
 @click.option("--trials-per-batch", type=click.IntRange(1), default=None,
               help="Candidates per measurement batch. Default: 64 on cuda, 16 on llvm.")
@@ -209,7 +210,7 @@ def tune_op(name, budget, target, work_dir, strategy, pipeline, trials_per_batch
                f"{result.trials} trials ({result.failed} failed), {format_seconds(result.seconds)}; "
                f"stopped: {result.stop_reason}")
     click.echo(f"records: {work_dir}/database_tuning_record.json"
-               + (f"  decision log: {work_dir}/kb_logs/" if strategy == "kb" else ""))
+               + (f"  decision log: {work_dir}/kb_logs/" if strategy in ("kb", "agent") else ""))
     if json_out:
         Path(json_out).write_text(json.dumps(result.to_json(), indent=1))
 

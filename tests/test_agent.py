@@ -50,3 +50,30 @@ def test_a_saved_agent_decides_as_the_trained_one(trained, tmp_path):
     (tmp_path / "bad.json").write_text('{"schema": "other"}')
     with pytest.raises(ValueError, match="not an agent of schema"):
         MacroPolicy.load(tmp_path / "bad.json")
+
+
+@pytest.mark.tuning
+def test_the_shipped_agent_steers_a_real_tune(tmp_path):
+    """llvm, real builds and runs: every fine-phase batch of `tune-op --strategy agent` was
+    chosen by the agent or handed back to the rules, and the decision log says which and why."""
+    import json
+
+    from click.testing import CliRunner
+
+    from kb_tvm.cli import main
+    from kb_tvm.decision_log import read_log
+
+    out = tmp_path / "result.json"
+    result = CliRunner().invoke(main, ["tune-op", "gemm-128", "--strategy", "agent", "--budget", "20s", "--target",
+                                       "llvm", "--seed", "1", "--trials-per-batch", "4", "--no-experience",
+                                       "--work-dir", str(tmp_path / "w"), "--json-out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["strategy"] == "agent"
+    (log_path,) = (tmp_path / "w" / "kb_logs").glob("*.jsonl")
+    events = read_log(log_path)
+    macros = [e for e in events if e["event"] == "macro"]
+    fine = [e for e in events if e["event"] == "proposals"]
+    assert macros and len(macros) >= len(fine)
+    for e in macros:
+        assert e["action"] in ("explore", "exploit", "refine", "stop", "rules") and e["why"]
+        assert set(e["state"]) == set(FEATURES) and e["source"] in ("policy", "fallback")

@@ -4,6 +4,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+import pytest
 
 from kb_tvm.budget import TuningBudget
 from kb_tvm.search.decisions import MeasurementCost
@@ -190,3 +191,27 @@ def test_a_task_first_scheduled_late_in_a_shared_budget_paces_on_its_own_clock()
     task.charge(36.0, expected_seconds=40.0)
     assert plan.refine_due()
     assert plan.budget.remaining == 10.0  # the hard limit stays the job's
+
+
+def test_a_meta_policy_directs_the_fine_phase_in_place_of_the_rules():
+    plan, clock = _planner(explore_share=0.3, generations=3, proposals_per_trial=6, patience=1)
+    clock.now = 90.0  # the rules would refine now, with no fresh samples and no exploration
+    plan.direct("explore")
+    assert not plan.refine_due() and not plan.refining
+    assert plan.proposal_split(48, have_parents=True, model_informed=True)[0] > 0
+    assert plan.exploration() == 2.0
+    plan.check_worth(0.0, model_trained=True)  # the agent, not the gain rule, decides when to stop
+    assert plan.stop_reason is None
+    plan.direct("exploit")
+    assert plan.proposal_split(48, have_parents=True, model_informed=True)[0] == 0
+    assert plan.exploration() == plan.opt.min_exploration
+    plan.direct("refine")
+    assert plan.refining and plan.exploration() == 0.0
+    plan.direct(None)  # back to the rules: they stop a search whose gains dried up
+    plan.check_worth(0.0, model_trained=True)
+    assert "expected gain" in plan.stop_reason
+    plan, _ = _planner()
+    plan.direct("stop")
+    assert plan.stop_reason == "the agent stopped it" and plan.why_stop() == "the agent stopped it"
+    with pytest.raises(ValueError, match="macro-action 'wander'"):
+        plan.direct("wander")
