@@ -11,9 +11,9 @@ from kb_tvm.replay import ReplayEnv, RulesPolicy
 @pytest.fixture(scope="module")
 def trained():
     """Trained where every schedule is as fast as the next (nothing to gain) and on a bowl with
-    a 30% gain to find; seconds are dear (a whole budget costs as much as doubling the speed)."""
+    a 30% gain to find; seconds are dear (a whole budget of them costs 0.5 in log-latency)."""
     flat, curved = made_up(lambda i, j, u: 2e-5), made_up(bowl)
-    transitions = collect([flat, curved], budget=60, episodes=8, seed=0, seconds_cost=1.0)
+    transitions = collect([flat, curved], budget=60, episodes=8, seed=0, seconds_cost=0.5)
     return fit(transitions, source="made-up"), flat, curved
 
 

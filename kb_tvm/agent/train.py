@@ -7,9 +7,11 @@
 2. `fit`: fitted Q-iteration with XGBoost: the value of an action is its reward plus the best
    value after it (stop: 0), fitted a few times over, one bootstrap ensemble per action.
 
-Reward: the gain in log-latency of the best so far (a relative improvement), less
-`seconds_cost` for each whole budget of seconds spent: an action that buys less than 1% per
-budget's worth of seconds is worth less than stopping.
+Reward: the gain in log-latency of the best so far (a relative improvement), weighted by the
+share of the budget still ahead when it came (a gain counts for every second it is held, as the
+area under the anytime curve counts it), less `seconds_cost` for each whole budget of seconds
+spent: an action that buys less than 1% per budget's worth of seconds is worth less than
+stopping.
 """
 
 from __future__ import annotations
@@ -79,7 +81,8 @@ def _transitions(steps, env: ReplayEnv, seconds_cost: float) -> list[Transition]
         best_after = following[3] if following else env.best_s
         seconds_after = following[2] if following else env.seconds
         gain = math.log(best / best_after) if math.isfinite(best) and math.isfinite(best_after) else 0.0
-        reward = gain - seconds_cost * (seconds_after - seconds) / total
+        held = max(0.0, 1.0 - seconds_after / total)  # the share of the budget the gain is held for
+        reward = gain * held - seconds_cost * (seconds_after - seconds) / total
         ended = following is None or following[1] == "stop"
         out.append(Transition(state, action, reward, None if ended else following[0]))
     return out
