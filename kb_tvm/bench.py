@@ -122,9 +122,11 @@ def main(workloads, budget, target, order, trials_per_batch, seed, side_by_side,
                 save()
 
             with tempfile.TemporaryDirectory(prefix=f"kb-bench-{name}-{strategy}-") as work_dir:
+                tuning_from = time.time()  # epoch seconds: side-by-side runs can be shown to overlap
                 result = tune_operator(workload, target=tvm_target, budget=budget, work_dir=work_dir,
                                        strategy=strategy, pipeline=pipeline, trials_per_batch=trials_per_batch,
                                        seed=seed, on_progress=progress, quiet=True)
+                tuning_to = time.time()
                 beside = f"{out_path.stem}-{name}-{label.replace('@', '-')}"  # files kept beside the JSON
                 if strategy in ("kb", "agent"):  # the decision log
                     logs = sorted(Path(work_dir, "kb_logs").glob("*.jsonl"))
@@ -133,7 +135,7 @@ def main(workloads, budget, target, order, trials_per_batch, seed, side_by_side,
                 candidates = CandidateLog(Path(work_dir, FILE_NAME))  # kept as data (the replay env's)
                 if candidates.path.exists():
                     candidates.compress_to(out_path.with_name(f"{beside}-candidates.jsonl.gz"))
-            runs[label] = {**result.to_json(), "done": True}
+            runs[label] = {**result.to_json(), "done": True, "tuning_from": tuning_from, "tuning_to": tuning_to}
             save()
             click.echo(f"{name} {label}: final {result.final_ms} ms, {result.trials} trials, "
                        f"{result.failed} failed, {format_seconds(result.seconds)}")

@@ -50,13 +50,15 @@ PIPELINES = ("kb", "stock")
 
 def default_builder(target, pipeline: str = "kb", stream_to=None):
     """Builds on every core (GPU: every CPU this process may use but one, left to the measuring
-    process; 120 s each: a cold GPU machine timed out at 30 s). kb: KBBuilder's persistent
+    process), 120 s each (a cold GPU machine timed out at 30 s). kb: KBBuilder's persistent
     workers, handing each candidate to `stream_to` (a KBRunner) as soon as it is built; stock:
     MetaSchedule's LocalBuilder."""
     from tvm.s_tir import meta_schedule as ms
 
+    # 120 s: a LocalBuilder worker's first build imports all of TVM's tensor intrinsics (40 s on
+    # a 2-core CPU machine); at 30 s it is killed, and its successor fails the same way
     is_cuda = target.kind.name == "cuda"
-    workers, timeout = (max(1, available_cpus() - 1), 120) if is_cuda else (physical_cores(), 30)
+    workers, timeout = (max(1, available_cpus() - 1), 120) if is_cuda else (physical_cores(), 120)
     if pipeline == "kb":
         from .adapter import KBBuilder
 

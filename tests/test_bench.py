@@ -48,28 +48,25 @@ def test_side_by_side_runs_both_strategies_at_once_and_writes_one_summary(tmp_pa
     import os
     import subprocess
     import sys
-    import time
 
     import pytest
 
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs two CPU cores")
     out = tmp_path / "side.json"
-    started = time.monotonic()
     # kb's pipeline on both sides: stock's LocalBuilder times out every build when pinned to one
     # core (seen on this 2-core machine), and CI has two
     subprocess.run([sys.executable, "-m", "kb_tvm.bench", "--workload", "gemm-128", "--budget", "8s",
                     "--target", "llvm", "--side-by-side", "--runs", "kb@kb,evolutionary@kb", "--out", str(out)],
                    check=True, capture_output=True)
-    wall = time.monotonic() - started
     report = json.loads(out.read_text())
     runs = report["workloads"]["gemm-128"]["runs"]
     assert set(runs) == {"kb@kb", "evolutionary@kb"} and all(r["done"] for r in runs.values())
     assert {s["cores"] for s in report["side_by_side"].values()} == {len(os.sched_getaffinity(0)) // 2}
     summary = report["workloads"]["gemm-128"]["summary"]["kb@kb vs evolutionary@kb"]
     assert summary["kb_vs_stock"] == runs["kb@kb"]["final_ms"] / runs["evolutionary@kb"]["final_ms"]
-    # at the same time, not one after the other: less than two budgets plus their start-ups
-    assert wall < sum(r["seconds"] for r in runs.values()) + 30
+    # at the same time, not one after the other: their tuning spans overlap
+    assert max(r["tuning_from"] for r in runs.values()) < min(r["tuning_to"] for r in runs.values())
     # every measured candidate of each run kept as data, with what it cost
     from kb_tvm.measure.candidate_log import CandidateLog
 

@@ -11,6 +11,7 @@ end of the budget, small steps from the very best only. Stop when it stops payin
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -70,6 +71,7 @@ class TaskSearch:
         self.batch_origins: list[str] = []
         self.own_seconds = 0.0  # seconds of this task's own batches
         self.trajectory: list[list[float]] = []  # [own seconds, best latency s] per batch
+        self.told_build_timeouts = False
 
     @property
     def best(self) -> Candidate | None:
@@ -124,6 +126,7 @@ class TaskSearch:
             rows.append({"origin": origin, "generation": cand.generation, "regions": list(cand.regions),
                          "predicted_ms": None if predicted is None else math.exp(predicted) * 1e3,
                          "measured_ms": None if failed else latency * 1e3, "error": cand.error if failed else None})
+        self._check_build_timeouts(results)
         self.plan.tell(self.in_flight, results, self.batch_origins, seconds)
         self._train_model()
         self.own_seconds += seconds
@@ -139,6 +142,21 @@ class TaskSearch:
             cost_model={"per_batch_s": cost.per_batch, "per_candidate_s": cost.per_candidate,
                         "per_run_second": cost.per_run_second},
             budget_spent_s=self.budget.spent, budget_left_s=self.budget.remaining)
+
+    def _check_build_timeouts(self, results: list[tuple[float | None, str | None]]) -> None:
+        """A batch whose every build timed out says nothing of its schedules: the builder's
+        timeout is too short here (a worker's first build also imports TVM, tens of seconds
+        on a slow CPU). Said once, in the log and as a warning, not hidden as failed samples."""
+        if self.told_build_timeouts or not results:
+            return
+        if not all(latency is None and error and "timeout" in error.lower() for latency, error in results):
+            return
+        self.told_build_timeouts = True
+        why = (f"every build of batch {self.plan.batches + 1} timed out ({results[0][1].strip().splitlines()[-1][:120]}):"
+               " the builder's timeout is too short for this machine; give it a longer one, e.g. "
+               "LocalBuilder(timeout_sec=120), or kb_tvm.KBBuilder")
+        self.log.write("builds-timed-out", why=why)
+        logging.getLogger("kb_tvm").warning("%s: %s", getattr(self.ctx, "task_name", None) or "task", why)
 
     def stop(self, reason: str) -> None:
         self.plan.stop(reason)
