@@ -100,17 +100,17 @@ def test_decision_log_shows_coarse_ranking_then_cost_aware_fine_search(tuned_gem
         assert json.loads(json.dumps(line)) == line
 
 
-def test_best_never_regresses_and_is_never_worse_than_the_coarse_best(tuned_gemm):
+def test_best_never_regresses_and_only_re_measurement_moves_it_up(tuned_gemm):
     *_, log = tuned_gemm
-    batches = [e for e in log if e["event"] == "batch"]
-    bests = [b["best_ms"] for b in batches if b["best_ms"] is not None]
-    coarse = [b["best_ms"] for b in batches if b["phase"] == "coarse" and b["best_ms"] is not None]
-    assert bests and coarse
-    # best is the median of a candidate's measurements, so re-measuring the best may move it up a
-    # little; between batches it never jumps back, and it never falls back towards the coarse best
-    assert all(later <= earlier * 1.15 for earlier, later in zip(bests, bests[1:]))
-    assert bests[-1] <= min(coarse) * 1.05
-    assert log[-1]["best_ms"] == pytest.approx(bests[-1])
+    batches = [e for e in log if e["event"] == "batch" and e["best_ms"] is not None]
+    assert len(batches) >= 2 and batches[0]["phase"] == "coarse"
+    # the best is the lowest median of any candidate's measurements: a new candidate can only
+    # lower it; re-measuring the best can raise its median, never above the new measurement
+    for before, batch in zip(batches, batches[1:]):
+        remeasured = [c["measured_ms"] for c in batch["candidates"]
+                      if c["origin"] == "remeasure" and c["measured_ms"] is not None]
+        assert batch["best_ms"] <= max([before["best_ms"], *remeasured]) * (1 + 1e-9)
+    assert log[-1]["best_ms"] == pytest.approx(batches[-1]["best_ms"])
 
 
 def test_the_trial_cap_still_holds(tmp_path, llvm_target):
