@@ -20,11 +20,12 @@ import click
 @click.option("--model", required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), default="fp32", show_default=True)
 @click.option("--input-shape", "input_shapes", multiple=True, help="As for kb-tvm tune (repeatable).")
+@click.option("--exact-math", is_flag=True, help="As for kb-tvm tune: the logs' runs must have used the same math.")
 @click.option("--target", default=None, help="As for kb-tvm tune.")
 @click.option("--log", "logs", multiple=True, metavar="LABEL=PATH",
               help="A run's candidates.jsonl(.gz) (repeatable; none: the untuned build alone).")
 @click.option("--out", required=True, type=click.Path(dir_okay=False))
-def main(model, precision, input_shapes, target, logs, out) -> None:
+def main(model, precision, input_shapes, exact_math, target, logs, out) -> None:
     """Rebuild tuned models from candidate logs; time them with and without CUDA graphs. Exits 1
     if any build's outputs miss onnxruntime's."""
     from tvm.s_tir import meta_schedule as ms
@@ -32,11 +33,13 @@ def main(model, precision, input_shapes, target, logs, out) -> None:
     from .measure.targets import make_target
     from .model_tuning import (
         TOLERANCES,
+        apply_math,
         better_than_default,
         build,
         example_inputs,
         load_onnx,
         lower_precision,
+        math_for,
         onnxruntime_outputs,
         parse_input_shape,
         prepare,
@@ -49,12 +52,13 @@ def main(model, precision, input_shapes, target, logs, out) -> None:
 
     onnx_model = load_onnx(model, dict(parse_input_shape(text) for text in input_shapes))
     tvm_target = make_target(target)
-    mod = prepare(lower_precision(to_relax(onnx_model), precision), tvm_target)
+    math = math_for(tvm_target, exact=exact_math)
+    mod = prepare(apply_math(lower_precision(to_relax(onnx_model), precision), math), tvm_target)
     tasks = ms.relax_integration.extract_tasks(mod, tvm_target)
     input_sets = [example_inputs(onnx_model), example_inputs(onnx_model, seed=1)]
     references = [onnxruntime_outputs(onnx_model, inputs)[0] for inputs in input_sets]
     tolerance = TOLERANCES[precision]
-    result: dict = {"model": str(model), "precision": precision, "target": str(tvm_target.export()), "builds": {}}
+    result: dict = {"model": str(model), "precision": precision, "math": math, "target": str(tvm_target.export()), "builds": {}}
 
     def timed(label: str, database) -> None:
         for graphs in (True, False) if tvm_target.kind.name == "cuda" else (False,):

@@ -200,7 +200,7 @@ def tune_op(name, budget, target, work_dir, strategy, pipeline, trials_per_batch
                                seed=seed, repeatable=repeatable, on_progress=progress, on_event=_show_event,
                                quiet=True, experience=experience, runner=runner)
     except Exception as err:  # noqa: BLE001 - the tracker going away surfaces through MetaSchedule
-        _measuring_lost(err, work_dir)
+        _measuring_lost(err, runner, work_dir)
         raise
     finally:
         _close(runner)
@@ -222,14 +222,16 @@ def _where(runner, tracker, key) -> str:
     return f"; measuring at tracker {tracker}, key {key}" + (f", {servers} servers" if servers is not None else "")
 
 
-def _measuring_lost(err: Exception, work_dir: Path, resumable: bool = False) -> None:
-    """One line when measuring became impossible (tracker and servers gone); else nothing."""
+def _measuring_lost(err: Exception, runner, work_dir: Path, resumable: bool = False) -> None:
+    """One line when measuring became impossible (tracker and servers gone); else nothing. The
+    measurer says so itself: its TrackerError reaches here as a RuntimeError through TVM's FFI."""
     from .measure.remote import TrackerError
 
-    text = str(err)
-    if isinstance(err, TrackerError) or "TrackerError" in text:
-        why = next((line for line in text.splitlines() if "TrackerError" in line), text.splitlines()[0])
-        _fail(f"{why.split('TrackerError:', 1)[-1].strip()}. Records are kept in {work_dir}"
+    lost = getattr(getattr(runner, "measurer", None), "fatal", None)
+    if lost is None and isinstance(err, TrackerError):
+        lost = str(err)
+    if lost is not None:
+        _fail(f"{lost}. Records are kept in {work_dir}"
               + ("; `--resume` continues once servers are back" if resumable else ""))
 
 
@@ -267,6 +269,8 @@ def _writable_dir(work_dir: Path) -> None:
 @click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), default="fp32", show_default=True,
               help="Matmuls and convolutions in fp16 or bf16 with fp32 accumulation (tensor cores on CUDA); "
               "numerics checked against onnxruntime fp32 within a tolerance per precision.")
+@click.option("--exact-math", is_flag=True, help="Keep libm's erf, exp, tanh and softmax. By default, on CPUs "
+              "they are TVM's fast approximations (they vectorize; checked against onnxruntime like the rest).")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=DIMS",
               help="Pin an input's dynamic axes, e.g. input_ids=1x128 (repeat for each input).")
 @click.option("--cuda-graph/--no-cuda-graph", default=True, show_default=True,
@@ -275,14 +279,15 @@ def _writable_dir(work_dir: Path) -> None:
 @_experience_options
 @_rpc_options
 def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, repeatable, strategy, pipeline,
-                       resume, precision, input_shapes, cuda_graph, experience_dir, no_experience, tracker,
-                       key) -> None:
+                       resume, precision, exact_math, input_shapes, cuda_graph, experience_dir, no_experience,
+                       tracker, key) -> None:
     """Tune an ONNX model within a wall-clock budget; export a library and a report."""
     _check_repeatable(repeatable, seed, strategy)
     from .measure.targets import describe, make_target
     from .model_tuning import (
         ModelError,
         load_onnx,
+        math_for,
         parse_input_shape,
         read_state,
         to_relax,
@@ -295,13 +300,14 @@ def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, 
         onnx_model = load_onnx(model, dict(parse_input_shape(text) for text in input_shapes))
         to_relax(onnx_model)
         tvm_target = make_target(target)
-        read_state(work_dir, name=str(model), resume=resume, strategy=strategy, precision=precision)
+        read_state(work_dir, name=str(model), resume=resume, strategy=strategy, precision=precision,
+                   math=math_for(tvm_target, exact=exact_math))
     except ValueError as err:  # ModelError included
         _fail(str(err))
     _writable_dir(work_dir)
     runner = _rpc_runner(tracker, key, tvm_target, pipeline)
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)  # progress lines instead
-    click.echo(f"tuning {model} in {precision} on {describe(tvm_target)} ({pipeline} pipeline"
+    click.echo(f"tuning {model} in {precision} ({math_for(tvm_target, exact=exact_math)} math) on {describe(tvm_target)} ({pipeline} pipeline"
                f"{_where(runner, tracker, key)}), budget {format_seconds(parse_budget(budget))}, work dir {work_dir}")
 
     def show(record: dict) -> None:
@@ -321,12 +327,12 @@ def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, 
     try:
         report = tune_model(onnx_model, name=str(model), target=tvm_target, budget=budget, work_dir=work_dir,
                             trials_per_batch=trials_per_batch, seed=seed, repeatable=repeatable, strategy=strategy,
-                            pipeline=pipeline, precision=precision, cuda_graph=cuda_graph, runner=runner,
-                            resume=resume, experience=experience, on_event=show)
+                            pipeline=pipeline, precision=precision, exact_math=exact_math, cuda_graph=cuda_graph,
+                            runner=runner, resume=resume, experience=experience, on_event=show)
     except ModelError as err:
         _fail(str(err))
     except Exception as err:  # noqa: BLE001 - the tracker going away surfaces through MetaSchedule
-        _measuring_lost(err, work_dir, resumable=strategy == "kb")
+        _measuring_lost(err, runner, work_dir, resumable=strategy == "kb")
         raise
     finally:
         _close(runner)

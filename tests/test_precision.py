@@ -68,6 +68,42 @@ def test_each_precision_builds_and_stays_within_its_tolerance_of_onnxruntime(pre
         assert error < 1e-4
 
 
+def test_fast_math_replaces_libm_erf_and_exp_on_cpus_and_stays_within_fp32_tolerance():
+    """The shipped block's GELU (erf) and softmax (exp), as TVM's fast approximations on llvm;
+    CUDA and --exact-math keep libm's."""
+    import tvm
+
+    from kb_tvm.measure.targets import make_target
+    from kb_tvm.model_tuning import (
+        TOLERANCES,
+        apply_math,
+        build,
+        example_inputs,
+        load_onnx,
+        math_for,
+        onnxruntime_outputs,
+        prepare,
+        run_and_time,
+        to_relax,
+    )
+    from kb_tvm.model_tuning.precision import mismatch
+
+    target = make_target("llvm")
+    assert math_for(target, exact=False) == "fast" and math_for(target, exact=True) == "exact"
+    assert math_for(tvm.target.Target({"kind": "cuda", "arch": "sm_90"}), exact=False) == "exact"
+    with pytest.raises(ValueError, match="math='approximate'"):
+        apply_math(None, "approximate")
+    model = load_onnx(SHIPPED)
+    exact, fast = (prepare(apply_math(to_relax(model), math), target) for math in ("exact", "fast"))
+    assert "T.erf(" in exact.script() and "T.exp(" in exact.script()
+    assert "T.erf(" not in fast.script() and "T.exp(" not in fast.script()
+    assert any(name.name_hint.startswith("fast_softmax") for name in fast.get_global_vars())
+    input_sets = [example_inputs(model), example_inputs(model, seed=1)]
+    outputs, _ = run_and_time(build(fast, target), target, input_sets, repeat=1)
+    for inputs, got in zip(input_sets, outputs):
+        assert mismatch(onnxruntime_outputs(model, inputs)[0], got, TOLERANCES["fp32"]) is None
+
+
 def test_tolerances_scale_with_the_outputs_and_loosen_with_fewer_bits():
     from kb_tvm.model_tuning.precision import TOLERANCES, mismatch
 
@@ -186,6 +222,7 @@ def test_tune_in_fp16_reports_precision_and_tolerance(tmp_path):
     assert numerics["ok"] and numerics["checked_against"].startswith("onnxruntime")
     assert 0 < numerics["max_abs_error"] and numerics["tolerance"]["rtol"] == 1e-2
     assert "precision: fp16" in (work_dir / "report.md").read_text()
+    assert report["math"] == "fast" and "math: fast" in (work_dir / "report.md").read_text()
     # the tuned kernels are the half-precision ones
     from kb_tvm.measure.candidate_log import CandidateLog
 
@@ -196,3 +233,9 @@ def test_tune_in_fp16_reports_precision_and_tolerance(tmp_path):
         [sys.executable, "-m", "kb_tvm.cli", "tune", str(SHIPPED), "--target", "llvm", "--precision", "bf16",
          "--work-dir", str(work_dir), "--resume"], capture_output=True, text=True, timeout=300, check=False)
     assert again.returncode != 0 and "holds a --precision fp16 run, not bf16" in again.stderr + again.stdout
+    # and the same math: fast math is other kernels too
+    exact = subprocess.run(
+        [sys.executable, "-m", "kb_tvm.cli", "tune", str(SHIPPED), "--target", "llvm", "--precision", "fp16",
+         "--exact-math", "--work-dir", str(work_dir), "--resume"], capture_output=True, text=True, timeout=300,
+        check=False)
+    assert exact.returncode != 0 and "holds a run with fast math, not exact: drop --exact-math" in exact.stderr

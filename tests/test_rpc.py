@@ -242,3 +242,62 @@ def test_tracker_mistakes_are_one_line_errors(tmp_path, args, message):
                                        "--work-dir", str(tmp_path), *args])
     assert result.exit_code == 1
     assert message.format(closed=closed) in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def _tracker_and_server():
+    port = _free_port()
+    tracker = _start(["-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port", str(port),
+                      "--port-end", str(port + 1), "--silent"])
+    address = f"127.0.0.1:{port}"
+    server = _start(["-m", "kb_tvm.cli", "worker", "--tracker", address, "--key", KEY, "--host", "127.0.0.1",
+                     "--port", str(_free_port())])
+    _wait_free(address, 1)
+    return address, [server, tracker]
+
+
+def test_a_run_whose_tracker_dies_stops_in_one_line_keeps_its_records_and_resumes(tmp_path):
+    """kb-tvm tune through a tracker that dies mid-run (server and all), then --resume through a
+    new one: the first run ends with one line, and nothing it measured is lost."""
+    from tvm.s_tir import meta_schedule as ms
+
+    model, work = str(_two_matmul_model(tmp_path / "mlp.onnx")), tmp_path / "work"
+    address, procs = _tracker_and_server()
+    command = [sys.executable, "-m", "kb_tvm.cli", "tune", model, "--target", "llvm", "--budget", "60s",
+               "--key", KEY, "--work-dir", str(work), "--no-experience", "--seed", "1"]
+    first = subprocess.Popen(command + ["--rpc", address], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and not _measured(work / "candidates.jsonl"):
+            time.sleep(0.5)
+        assert _measured(work / "candidates.jsonl"), "no candidate was measured through the tracker"
+    finally:
+        for proc in procs:
+            _kill(proc)
+    out, err = first.communicate(timeout=300)
+    assert first.returncode == 1, out[-2000:] + err[-2000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("Error: ") and f"no RPC tracker at {address}" in last
+    assert f"Records are kept in {work}; `--resume` continues once servers are back" in last
+    state = json.loads((work / "kb_state.json").read_text())
+    measured_before = {str(r.trace) for r in ms.database.JSONDatabase(work_dir=str(work)).get_all_tuning_records()
+                       if r.run_secs}
+    assert measured_before and state["spent_s"] > 0
+
+    address, procs = _tracker_and_server()
+    try:
+        second = subprocess.run(command + ["--rpc", address, "--resume"], capture_output=True, text=True, timeout=600)
+    finally:
+        for proc in procs:
+            _kill(proc)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "resuming:" in second.stdout
+    report = json.loads((work / "report.json").read_text())
+    assert report["seconds_spent"] >= state["spent_s"] and report["numerics"]["ok"]
+    after = {str(r.trace) for r in ms.database.JSONDatabase(work_dir=str(work)).get_all_tuning_records()}
+    assert measured_before <= after
+
+
+def _measured(path) -> bool:
+    from kb_tvm.measure.candidate_log import CandidateLog
+
+    return path.exists() and any(r.get("latency_s") is not None for r in CandidateLog.read(path))

@@ -8,7 +8,7 @@ One module per step of a job:
   onnxruntime's reference outputs; `ModelError`
 - `relax_build`: the Relax import, Relax's pre-tuning steps (the module tasks come from), the build
 - `precision`: fp16/bf16 matmuls and convolutions (fp32 accumulation), their design space on
-  CUDA, and the numerics tolerance per precision
+  CUDA, the numerics tolerance per precision, and fast or exact math for erf, exp, tanh, softmax
 - `profiling`: the model's latency and each task's kernel timed alone
 - `record_choice`: per task, a tuned record only where it beats the default schedule
 - `run_state`: the resume state in the work dir
@@ -24,7 +24,7 @@ from .onnx_input import (
     onnxruntime_outputs,
     parse_input_shape,
 )
-from .precision import PRECISIONS, TOLERANCES, lower_precision
+from .precision import MATH, PRECISIONS, TOLERANCES, apply_math, lower_precision, math_for
 from .profiling import profile_kernels, run_and_time
 from .record_choice import better_than_default
 from .relax_build import build, prepare, to_relax
@@ -32,17 +32,20 @@ from .report import latency_curve, plot_curve, report_markdown
 from .run_state import STATE_FILE, _drop_torn_tail, read_state, write_state
 
 __all__ = [
+    "MATH",
     "PRECISIONS",
     "STATE_FILE",
     "TOLERANCES",
     "ModelError",
     "_drop_torn_tail",
+    "apply_math",
     "better_than_default",
     "build",
     "example_inputs",
     "latency_curve",
     "load_onnx",
     "lower_precision",
+    "math_for",
     "onnxruntime_outputs",
     "parse_input_shape",
     "plot_curve",

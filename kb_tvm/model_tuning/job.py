@@ -14,9 +14,11 @@ from ..logger_guard import guard_metaschedule_logger
 from .onnx_input import example_inputs, onnxruntime_outputs
 from .precision import (
     TOLERANCES,
+    apply_math,
     check_precision,
     compare_sets,
     lower_precision,
+    math_for,
     model_space,
 )
 from .profiling import profile_kernels, run_and_time
@@ -46,6 +48,7 @@ def tune_model(
     pipeline: str = "kb",
     resume: bool = False,
     precision: str = "fp32",
+    exact_math: bool = False,
     cuda_graph: bool = True,
     builder=None,
     runner=None,
@@ -63,7 +66,8 @@ def tune_model(
     experience: a kb_tvm.Experience to warm-start the tasks from and add their outcomes to (kb
     only); None: cold. precision: "fp32", or "fp16"/"bf16" matmuls and convolutions with fp32
     accumulation (`precision.py`), checked against onnxruntime within that precision's tolerance,
-    on two different sets of inputs. cuda_graph: on CUDA, the builds launch their kernels as CUDA
+    on two different sets of inputs. exact_math: keep libm's erf, exp, tanh and softmax on CPUs,
+    where they are otherwise TVM's fast approximations (`precision.math_for`). cuda_graph: on CUDA, the builds launch their kernels as CUDA
     graphs (`relax_build.build`); the report also gives the tuned latency without them."""
     from tvm.s_tir import meta_schedule as ms
 
@@ -85,8 +89,9 @@ def tune_model(
         raise ValueError(f"unknown pipeline {pipeline!r}: use one of {', '.join(PIPELINES)}")
     work_dir = Path(work_dir)
     check_precision(precision)
-    earlier = read_state(work_dir, name=name, resume=resume, strategy=strategy, precision=precision)
-    mod = prepare(lower_precision(to_relax(model), precision), target)
+    math = math_for(target, exact=exact_math)
+    earlier = read_state(work_dir, name=name, resume=resume, strategy=strategy, precision=precision, math=math)
+    mod = prepare(apply_math(lower_precision(to_relax(model), precision), math), target)
     tasks = ms.relax_integration.extract_tasks(mod, target)
     work_dir.mkdir(parents=True, exist_ok=True)
     input_sets = [example_inputs(model), example_inputs(model, seed=1)]
@@ -108,7 +113,8 @@ def tune_model(
     batches: list[dict] = list(earlier.get("batches", [])) if earlier else []
 
     def save_state() -> None:
-        write_state(work_dir, name=name, precision=precision, budget=tuning_budget, tasks=scheduler.stats, batches=batches)
+        write_state(work_dir, name=name, precision=precision, math=math, budget=tuning_budget, tasks=scheduler.stats,
+                    batches=batches)
 
     def emit(record: dict) -> None:  # every scheduler decision also saves the job's state
         save_state()
@@ -175,7 +181,7 @@ def tune_model(
         "latency_untuned_ms": untuned_latency * 1e3, "latency_tuned_ms": tuned_latency * 1e3,
         "speedup": untuned_latency / tuned_latency, "cuda_graph": graphs,
         **({"latency_tuned_without_cuda_graph_ms": without_graphs * 1e3} if graphs else {}),
-        "precision": precision,
+        "precision": precision, "math": math,
         "numerics": {"checked_against": reference_name, "input_sets": len(input_sets), "ok": why_not is None,
                      "mismatch": why_not, "max_abs_error": worst_error,
                      "tolerance": tolerance.to_json()},

@@ -97,6 +97,9 @@ def report_markdown(report: dict) -> str:
         f"- budget: {report['seconds_spent']:.0f} s spent of {report['budget_s']:.0f} s, {report['trials']} trials "
         f"({report['strategy']})",
         f"- precision: {report.get('precision', 'fp32')} (matmuls and convolutions; fp32 accumulation)",
+        f"- math: {report.get('math', 'exact')} ("
+        + ("TVM's fast approximations of erf, exp, tanh and softmax; --exact-math keeps libm's)"
+           if report.get("math") == "fast" else "libm's erf, exp, tanh and softmax)"),
         f"- numerics vs {report['numerics']['checked_against']}, "
         f"{report['numerics'].get('input_sets', 1)} sets of inputs: "
         + ("ok" if report["numerics"]["ok"] else f"**MISMATCH: {report['numerics']['mismatch']}**")

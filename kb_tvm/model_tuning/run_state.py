@@ -15,18 +15,19 @@ STATE_FILE = "kb_state.json"
 _DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
 
 
-def write_state(work_dir: Path, *, name: str, precision: str, budget: TuningBudget, tasks: list[TaskStats],
-                batches: list[dict]) -> None:
+def write_state(work_dir: Path, *, name: str, precision: str, math: str, budget: TuningBudget,
+                tasks: list[TaskStats], batches: list[dict]) -> None:
     """The job's state after each scheduler decision; written whole and renamed, so a kill
     at any moment leaves either the old or the new file."""
-    state = {"schema": 1, "model": name, "precision": precision, "budget_s": budget.total, "spent_s": budget.spent,
+    state = {"schema": 1, "model": name, "precision": precision, "math": math, "budget_s": budget.total, "spent_s": budget.spent,
              "tasks": [vars(t) for t in tasks], "batches": batches}
     partial = work_dir / (STATE_FILE + ".partial")
     partial.write_text(json.dumps(state))
     os.replace(partial, work_dir / STATE_FILE)
 
 
-def read_state(work_dir: Path, *, name: str, resume: bool, strategy: str, precision: str = "fp32") -> dict | None:
+def read_state(work_dir: Path, *, name: str, resume: bool, strategy: str, precision: str = "fp32",
+               math: str = "exact") -> dict | None:
     """The interrupted run to resume, or None for a new job; one-line errors otherwise."""
     path = work_dir / STATE_FILE
     if not resume:
@@ -46,6 +47,9 @@ def read_state(work_dir: Path, *, name: str, resume: bool, strategy: str, precis
         raise ModelError(f"{work_dir} holds a run of {state.get('model')}, not {name}")
     if state.get("precision", "fp32") != precision:  # other precisions are other kernels
         raise ModelError(f"{work_dir} holds a --precision {state.get('precision', 'fp32')} run, not {precision}")
+    if state.get("math", "exact") != math:  # fast math is other kernels too (runs before it was exact)
+        raise ModelError(f"{work_dir} holds a run with {state.get('math', 'exact')} math, not {math}: "
+                         + ("add --exact-math" if math == "fast" else "drop --exact-math"))
     for file_name in _DATABASE_FILES:  # a kill mid-write can leave a torn last record
         _drop_torn_tail(work_dir / file_name)
     return state
