@@ -2,8 +2,6 @@
 
 import json
 import statistics
-import subprocess
-import sys
 
 import pytest
 from click.testing import CliRunner
@@ -50,12 +48,9 @@ def test_ops_lists_every_workload_family():
 def test_tune_op_end_to_end_shows_progress_and_a_result(tmp_path):
     work_dir = tmp_path / "work"
     out = tmp_path / "result.json"
-    run = subprocess.run(
-        [sys.executable, "-m", "kb_tvm.cli", "tune-op", "gemm-128", "--budget", "35s", "--target", "llvm",
-         "--work-dir", str(work_dir), "--json-out", str(out), "--seed", "3"],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
+    run = CliRunner().invoke(main, ["tune-op", "gemm-128", "--budget", "35s", "--target", "llvm",
+                                    "--work-dir", str(work_dir), "--json-out", str(out), "--seed", "3"])
+    assert run.exit_code == 0, run.output[-2000:]
     lines = run.stdout.splitlines()
     progress = [line for line in lines if line.startswith("[")]
     assert progress and all("trials" in line and "best" in line for line in progress)

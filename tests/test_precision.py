@@ -2,12 +2,13 @@
 onnxruntime's fp32 outputs within a tolerance per precision."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
+
+from kb_tvm.cli import main
 
 SHIPPED = Path(__file__).resolve().parent.parent / "workloads" / "transformer_block.onnx"
 
@@ -209,12 +210,9 @@ def test_a_cuda_library_mixing_tensor_core_records_and_default_reductions_builds
 @pytest.mark.tuning
 def test_tune_in_fp16_reports_precision_and_tolerance(tmp_path):
     work_dir = tmp_path / "work"
-    run = subprocess.run(
-        [sys.executable, "-m", "kb_tvm.cli", "tune", str(SHIPPED), "--budget", "15s", "--target", "llvm",
-         "--precision", "fp16", "--work-dir", str(work_dir), "--seed", "1"],
-        capture_output=True, text=True, timeout=600, check=False,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
+    run = CliRunner().invoke(main, ["tune", str(SHIPPED), "--budget", "15s", "--target", "llvm",
+                                    "--precision", "fp16", "--work-dir", str(work_dir), "--seed", "1"])
+    assert run.exit_code == 0, run.output[-3000:]
     assert "in fp16" in run.stdout
     report = json.loads((work_dir / "report.json").read_text())
     assert report["precision"] == "fp16" and report["trials"] > 0
@@ -229,13 +227,10 @@ def test_tune_in_fp16_reports_precision_and_tolerance(tmp_path):
     tuned = list(CandidateLog.read(report["candidates"], kind="workload"))
     assert tuned and any('"float16"' in w["module"] for w in tuned)
     # resuming needs the same precision: other precisions are other kernels
-    again = subprocess.run(
-        [sys.executable, "-m", "kb_tvm.cli", "tune", str(SHIPPED), "--target", "llvm", "--precision", "bf16",
-         "--work-dir", str(work_dir), "--resume"], capture_output=True, text=True, timeout=300, check=False)
-    assert again.returncode != 0 and "holds a --precision fp16 run, not bf16" in again.stderr + again.stdout
+    again = CliRunner().invoke(main, ["tune", str(SHIPPED), "--target", "llvm", "--precision", "bf16",
+                                      "--work-dir", str(work_dir), "--resume"])
+    assert again.exit_code != 0 and "holds a --precision fp16 run, not bf16" in again.output
     # and the same math: fast math is other kernels too
-    exact = subprocess.run(
-        [sys.executable, "-m", "kb_tvm.cli", "tune", str(SHIPPED), "--target", "llvm", "--precision", "fp16",
-         "--exact-math", "--work-dir", str(work_dir), "--resume"], capture_output=True, text=True, timeout=300,
-        check=False)
-    assert exact.returncode != 0 and "holds a run with fast math, not exact: drop --exact-math" in exact.stderr
+    exact = CliRunner().invoke(main, ["tune", str(SHIPPED), "--target", "llvm", "--precision", "fp16",
+                                      "--exact-math", "--work-dir", str(work_dir), "--resume"])
+    assert exact.exit_code != 0 and "holds a run with fast math, not exact: drop --exact-math" in exact.output

@@ -258,24 +258,31 @@ def _tracker_and_server():
 def test_a_run_whose_tracker_dies_stops_in_one_line_keeps_its_records_and_resumes(tmp_path):
     """kb-tvm tune through a tracker that dies mid-run (server and all), then --resume through a
     new one: the first run ends with one line, and nothing it measured is lost."""
+    import threading
+
     from tvm.s_tir import meta_schedule as ms
 
     model, work = str(_two_matmul_model(tmp_path / "mlp.onnx")), tmp_path / "work"
+    args = ["tune", model, "--target", "llvm", "--budget", "30s", "--key", KEY, "--work-dir", str(work),
+            "--no-experience", "--seed", "1"]
     address, procs = _tracker_and_server()
-    command = [sys.executable, "-m", "kb_tvm.cli", "tune", model, "--target", "llvm", "--budget", "60s",
-               "--key", KEY, "--work-dir", str(work), "--no-experience", "--seed", "1"]
-    first = subprocess.Popen(command + ["--rpc", address], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    saw = []
+
+    def kill_once_measured() -> None:  # the run itself stays in this process's main thread
         deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and not _measured(work / "candidates.jsonl"):
-            time.sleep(0.5)
-        assert _measured(work / "candidates.jsonl"), "no candidate was measured through the tracker"
-    finally:
+        while time.monotonic() < deadline and not saw:
+            saw.extend([True] if _measured(work / "candidates.jsonl") else [])
+            time.sleep(0.3)
         for proc in procs:
             _kill(proc)
-    out, err = first.communicate(timeout=300)
-    assert first.returncode == 1, out[-2000:] + err[-2000:]
-    last = err.strip().splitlines()[-1]
+
+    killer = threading.Thread(target=kill_once_measured)
+    killer.start()
+    first = CliRunner().invoke(main, args + ["--rpc", address])
+    killer.join()
+    assert saw, "no candidate was measured through the tracker"
+    assert first.exit_code == 1, first.output[-3000:]
+    last = first.output.strip().splitlines()[-1]
     assert last.startswith("Error: ") and f"no RPC tracker at {address}" in last
     assert f"Records are kept in {work}; `--resume` continues once servers are back" in last
     state = json.loads((work / "kb_state.json").read_text())
@@ -285,12 +292,12 @@ def test_a_run_whose_tracker_dies_stops_in_one_line_keeps_its_records_and_resume
 
     address, procs = _tracker_and_server()
     try:
-        second = subprocess.run(command + ["--rpc", address, "--resume"], capture_output=True, text=True, timeout=600)
+        second = CliRunner().invoke(main, args + ["--rpc", address, "--resume"])
     finally:
         for proc in procs:
             _kill(proc)
-    assert second.returncode == 0, second.stderr[-3000:]
-    assert "resuming:" in second.stdout
+    assert second.exit_code == 0, second.output[-3000:]
+    assert "resuming:" in second.output
     report = json.loads((work / "report.json").read_text())
     assert report["seconds_spent"] >= state["spent_s"] and report["numerics"]["ok"]
     after = {str(r.trace) for r in ms.database.JSONDatabase(work_dir=str(work)).get_all_tuning_records()}
