@@ -51,8 +51,9 @@ PIPELINES = ("kb", "stock")
 def default_builder(target, pipeline: str = "kb", stream_to=None):
     """Builds on every core (GPU: every CPU this process may use but one, left to the measuring
     process), 120 s each (a cold GPU machine timed out at 30 s). kb: KBBuilder's persistent
-    workers, handing each candidate to `stream_to` (a KBRunner) as soon as it is built; stock:
-    MetaSchedule's LocalBuilder."""
+    workers, handing each candidate to `stream_to` (a KBRunner) as soon as it is built, and once
+    builds have succeeded cutting each at 20x the slowest of them, at least 30 s
+    (measure.pipeline.BuildPool.limit_s); stock: MetaSchedule's LocalBuilder."""
     from tvm.s_tir import meta_schedule as ms
 
     # 120 s: a LocalBuilder worker's first build imports all of TVM's tensor intrinsics (40 s on

@@ -131,3 +131,38 @@ def test_streaming_in_a_real_tune_times_each_candidate_once(llvm_target, tmp_pat
         runner.close()
     assert recorder.trials == 16 and recorder.failed < recorder.trials
     assert recorder.trials - recorder.failed <= runner.measurer.measured <= recorder.trials
+
+
+def _unrolled(n: int):
+    """A kernel whose build time grows with n (LLVM compiles n unrolled statements): 16000 took
+    4 s here, 16 takes tens of ms."""
+    from tvm.script import tirx as T
+
+    @T.prim_func
+    def unrolled(a: T.Buffer((n,), "float32"), b: T.Buffer((n,), "float32")):
+        for i in T.unroll(n):
+            b[i] = a[i] * a[(i * 7) % n] + T.float32(1)
+
+    return unrolled
+
+
+def test_a_build_far_slower_than_those_that_succeeded_is_cut_at_the_adapted_limit(llvm_target):
+    import tvm
+
+    from kb_tvm.measure.pipeline import BuildPool
+
+    pool = BuildPool(workers_count=1, timeout_s=60, floor_s=1, slow_factor=5)
+    try:
+        assert pool.limit_s == 60  # nothing built yet: a cold machine gets the whole allowance
+        quick = tvm.IRModule({"main": _unrolled(16)})
+        [first] = pool.build([(quick, llvm_target)])
+        assert first.error is None
+        assert pool.limit_s == max(1.0, 5 * first.seconds) < 60
+
+        limit = pool.limit_s
+        slow, after = pool.build([(tvm.IRModule({"main": _unrolled(16000)}), llvm_target), (quick, llvm_target)])
+        assert slow.error == f"build: timeout, killed after {limit:g} s"
+        assert after.error is None  # the worker was replaced and built the next one
+        assert pool.limit_s == limit  # a failure does not raise the limit
+    finally:
+        pool.close()

@@ -52,18 +52,34 @@ def _failure(err: BaseException, what: str, timeout_s: float) -> str:
     return f"{what}: {type(err).__name__}: {str(err).strip()[-2000:]}"
 
 
+# A build may take SLOW_BUILD_FACTOR times the slowest build that succeeded so far, never less than
+# BUILD_FLOOR_S (a recycled worker's first build also imports TVM: 2-8 s) nor more than timeout_s.
+# A pathological schedule (a softmax unrolled into LLVM for minutes) then costs its worker 30 s,
+# not the cold-start allowance: at 120 s two of them stalled a 60-s CPU budget for 4 minutes.
+SLOW_BUILD_FACTOR = 20
+BUILD_FLOOR_S = 30.0
+
+
 class BuildPool:
     """Persistent build workers. `build(pairs)` builds (module, target) pairs in parallel and
-    returns an Outcome per pair, in order, whose value is a shared library's path."""
+    returns an Outcome per pair, in order, whose value is a shared library's path. `timeout_s`
+    bounds the first builds (a cold machine); later ones get `limit_s`."""
 
-    def __init__(self, *, workers_count: int, timeout_s: float, builds_per_worker: int = 256) -> None:
+    def __init__(self, *, workers_count: int, timeout_s: float, builds_per_worker: int = 256,
+                 floor_s: float = BUILD_FLOOR_S, slow_factor: float = SLOW_BUILD_FACTOR) -> None:
         from tvm.support.popen_pool import PopenPoolExecutor
 
         if not (isinstance(workers_count, int) and workers_count >= 1):
             raise ValueError(f"workers_count={workers_count!r}: must be an integer >= 1")
         if not timeout_s > 0:
             raise ValueError(f"timeout_s={timeout_s!r}: must be positive")
+        if not 0 < floor_s <= timeout_s:
+            raise ValueError(f"floor_s={floor_s!r}: must be positive and at most timeout_s={timeout_s!r}")
+        if not slow_factor >= 1:
+            raise ValueError(f"slow_factor={slow_factor!r}: must be at least 1")
         self.timeout_s = float(timeout_s)
+        self.floor_s, self.slow_factor = float(floor_s), float(slow_factor)
+        self.slowest_ok_s: float | None = None
         self.workers_count = workers_count
         self.artifact_dir = tempfile.mkdtemp(prefix="kb-artifacts-")
         self._pool = PopenPoolExecutor(max_workers=workers_count, timeout=self.timeout_s,
@@ -75,6 +91,8 @@ class BuildPool:
 
     def build(self, pairs: list, on_built: Callable[[int, Outcome], None] | None = None) -> list[Outcome]:
         """on_built(index, outcome) is called as each candidate finishes, in the order they do."""
+        limit_s = self.limit_s
+        self._pool._timeout = limit_s  # read by each submit's worker (TVM's PopenPoolExecutor)
         futures = {self._pool.submit(workers.build, mod, target, self.artifact_dir): index
                    for index, (mod, target) in enumerate(pairs)}
         outcomes: list[Outcome | None] = [None] * len(pairs)
@@ -82,14 +100,22 @@ class BuildPool:
             try:
                 path, seconds, pid = future.result()
                 outcome = Outcome(value=path, seconds=seconds, pid=pid)
+                self.slowest_ok_s = max(self.slowest_ok_s or 0.0, seconds)
             except OUR_BUGS:
                 raise
             except Exception as err:  # noqa: BLE001 - whatever TVM raised: this candidate failed to build
-                outcome = Outcome(error=_failure(err, "build", self.timeout_s))
+                outcome = Outcome(error=_failure(err, "build", limit_s))
             outcomes[futures[future]] = outcome
             if on_built is not None:
                 on_built(futures[future], outcome)
         return outcomes
+
+    @property
+    def limit_s(self) -> float:
+        """Seconds the next batch's builds may each take."""
+        if self.slowest_ok_s is None:
+            return self.timeout_s
+        return min(self.timeout_s, max(self.floor_s, self.slow_factor * self.slowest_ok_s))
 
     def worker_pids(self) -> set[int]:
         """The live workers' process ids (a test watches them stay the same across batches)."""
