@@ -1,0 +1,147 @@
+"""The Hopper GEMM template (schedules/hopper_gemm.py) on an H200: every variant checked against a
+reference before it is timed, beside cuBLAS (through torch) on the same GPU.
+
+    python -m kb_tvm.bench_hopper --shape 4096x4096x4096 --tile 128x128x4x1 --out hopper.json
+
+--tile is BMxBNxSTAGESxCONSUMERS[xGROUP_M[xPRODUCER]] (repeatable). A variant whose result
+differs from the reference is reported as wrong and never timed. `ms` is device time (CUPTI,
+through torch.profiler), `call_ms` the call with its launch (CUDA events), for cuBLAS alike.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+import numpy as np
+
+
+def _parse(text: str, parts: int, what: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.lower().split("x")]
+    except ValueError:
+        values = []
+    if len(values) != parts:
+        raise click.BadParameter(f"{text!r}: {what}")
+    return values
+
+
+def time_call(fn, *, warmup: int = 10, repeat: int = 100) -> float:
+    """Median seconds of one call, timed with CUDA events (torch): the kernel and its launch."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1e-3)
+    return float(np.median(samples))
+
+
+def kernel_seconds(fn, *, calls: int = 50) -> float:
+    """Device seconds of one call: the CUDA kernels it launched, as CUPTI (torch.profiler) saw
+    them, summed and divided by the calls. Unlike CUDA events around a call it leaves out the host's
+    launch work, which dominates a GEMM of a few microseconds (M = 128)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+               and not e.name.startswith(("Memcpy", "Memset"))]
+    if not kernels:
+        raise RuntimeError("the profiler saw no CUDA kernel")
+    return sum(e.time_range.elapsed_us() for e in kernels) * 1e-6 / calls
+
+
+def run_variant(m, n, k, tile, out_dtype, a, b, reference) -> dict:
+    import torch
+    import tvm
+
+    from kb_tvm.schedules.hopper_gemm import compile_gemm
+
+    row = {"shape": [m, n, k], "tile": tile.describe(), "out_dtype": out_dtype}
+    started = time.monotonic()
+    try:
+        mod = compile_gemm(m, n, k, tile, out_dtype)
+    except Exception as err:  # noqa: BLE001 - a variant that fails to build is a result, reported
+        row.update(built=False, error=f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:300]}")
+        return row
+    row["build_s"] = round(time.monotonic() - started, 2)
+    c = torch.zeros((m, n), dtype=getattr(torch, out_dtype), device="cuda")
+    args = [tvm.runtime.from_dlpack(t) for t in (a, b, c)]
+    try:
+        mod(*args)
+        torch.cuda.synchronize()
+    except Exception as err:  # noqa: BLE001 - a launch that fails is this variant's result
+        row.update(correct=False, error=f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:300]}")
+        return row
+    err = (c.float() - reference).abs().max().item()
+    scale = reference.abs().max().item()
+    row["max_abs_error"] = err
+    row["correct"] = bool(err <= 1e-2 * scale + 1e-3)
+    if row["correct"]:
+        seconds = time_call(lambda: mod(*args))
+        row["call_ms"] = seconds * 1e3
+        row["ms"] = kernel_seconds(lambda: mod(*args)) * 1e3
+        row["tflops"] = 2 * m * n * k / (row["ms"] * 1e-3) / 1e12
+    return row
+
+
+@click.command()
+@click.option("--shape", "shapes", multiple=True, default=("4096x4096x4096",), help="MxNxK")
+@click.option("--tile", "tiles", multiple=True, default=("128x128x4x1",), help="BMxBNxSTAGESxCONSUMERS[xGROUP_M[xPRODUCER]]")
+@click.option("--dtype", default="float16", type=click.Choice(["float16", "bfloat16"]))
+@click.option("--out-dtype", default="float16", type=click.Choice(["float32", "float16", "bfloat16"]))
+@click.option("--out", "out_path", type=click.Path(path_type=Path), required=True)
+def main(shapes, tiles, dtype, out_dtype, out_path):
+    import torch
+
+    from kb_tvm.schedules.hopper_gemm import GemmTile
+
+    variants = []
+    for text in tiles:
+        values = _parse(text, len(text.split("x")), "BMxBNxSTAGESxCONSUMERS[xGROUP_M[xPRODUCER]]")
+        if len(values) not in (4, 5, 6):
+            raise click.BadParameter(f"{text!r}: BMxBNxSTAGESxCONSUMERS[xGROUP_M[xPRODUCER]]")
+        given = dict(zip(("bm", "bn", "stages", "consumers", "group_m", "producer"), values))
+        if "producer" in given:
+            given["producer"] = bool(given["producer"])
+        variants.append(GemmTile(**given, dtype=dtype))
+    rows, torch_dtype = [], getattr(torch, dtype)
+    for text in shapes:
+        m, n, k = _parse(text, 3, "MxNxK")
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        a = torch.randn((m, k), device="cuda", dtype=torch_dtype, generator=gen)
+        b = torch.randn((n, k), device="cuda", dtype=torch_dtype, generator=gen)
+        reference = a.float() @ b.float().T
+        cublas_call_s = time_call(lambda: torch.matmul(a, b.T))
+        cublas_s = kernel_seconds(lambda: torch.matmul(a, b.T))
+        rows.append({"shape": [m, n, k], "cublas_ms": cublas_s * 1e3, "cublas_call_ms": cublas_call_s * 1e3,
+                     "cublas_tflops": 2 * m * n * k / cublas_s / 1e12})
+        click.echo(json.dumps(rows[-1]))
+        for tile in variants:
+            if tile.fits(m, n, k):
+                continue
+            rows.append(run_variant(m, n, k, tile, out_dtype, a, b, reference))
+            click.echo(json.dumps(rows[-1]))
+            out_path.write_text(json.dumps({"device": torch.cuda.get_device_name(), "dtype": dtype,
+                                            "rows": rows}, indent=1))
+    out_path.write_text(json.dumps({"device": torch.cuda.get_device_name(), "dtype": dtype, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

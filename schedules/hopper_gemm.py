@@ -1,0 +1,261 @@
+"""A Hopper-native GEMM template (sm_90a): TMA loads into a ring of shared-memory stages, warpgroup
+MMA (`wgmma.mma_async`) out of them, fp32 accumulation in registers.
+
+    C[M, N] = A[M, K] @ B[N, K]^T        (both operands K-major, as a Linear layer's weight is)
+
+Written in TVM's TIRx script and compiled with `tir_pipeline="tirx"` for `sm_90a` (MetaSchedule
+and dlight keep `sm_90`: dlight reads "sm_90a" as no tensor cores). The parameters are what a
+performance engineer would tune on CUTLASS: the block tile BM x BN (BK is one 128-byte swizzle
+row), the pipeline depth, the consumer warpgroups that split BM and the tile order (group_m block
+rows at a time, for L2). `GemmTile(...)` refuses a set that cannot build or run and says why.
+Not yet: setmaxnreg for the producer, clusters, persistent blocks, split-K, shapes off the tile,
+fused epilogues (bias, GELU); none of it is searched by KBSearch yet (kb_tvm.bench_hopper sweeps it).
+
+How a block runs: a producer warpgroup (one thread of it) loads K-tiles into a ring of `stages`
+shared-memory stages with TMA; a stage's `full` mbarrier completes when its bytes have landed. Each
+consumer warpgroup waits for the stage it needs, issues its wgmmas (BK / 16 per 64-row sub-tile,
+descriptors into the 128-byte-swizzled tiles), waits for them and arrives on the stage's `empty`
+mbarrier, which the producer waits on before it loads that stage again. Without a producer
+(`producer=False`) thread 0 loads `stages - 1` tiles ahead and the block syncs after every K-tile.
+The epilogue stores the accumulator fragments straight to global memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+WARPGROUP_THREADS = 128
+WGMMA_M = 64  # one wgmma covers 64 rows
+WGMMA_K = 16  # and 16 of K for 2-byte inputs
+SWIZZLE_BYTES = 128  # the TMA/wgmma 128-byte swizzle: one row of BK inputs
+MAX_SHARED_BYTES = 227 * 1024  # an sm_90 block's dynamic shared memory (opt-in)
+MAX_ACCUMULATORS = 128  # fp32 accumulator registers a thread holds (of its 255)
+INPUT_DTYPES = {"float16": "f16", "bfloat16": "bf16"}
+OUTPUT_DTYPES = ("float32", "float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class GemmTile:
+    """One variant of the template. Keyword-only; every rule broken is named."""
+
+    bm: int = 128
+    bn: int = 128
+    stages: int = 4
+    consumers: int = 1  # warpgroups that split BM
+    group_m: int = 8  # block tiles down M that run next to each other (they share B's tiles in L2)
+    # a warpgroup of its own issues the loads; a stage is released by its consumers' arrivals on an
+    # mbarrier, not by a block-wide sync after every K-tile
+    producer: bool = True  # 4096^3 fp16 on the H200: 0.235 ms with, 0.260 without (run3)
+    dtype: str = "float16"
+
+    def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise ValueError(f"GemmTile({self.describe()}): " + "; ".join(problems))
+
+    @property
+    def bk(self) -> int:
+        return SWIZZLE_BYTES // 2
+
+    @property
+    def threads(self) -> int:
+        return WARPGROUP_THREADS * (self.consumers + int(self.producer))
+
+    @property
+    def rows_per_consumer(self) -> int:
+        return self.bm // self.consumers
+
+    @property
+    def shared_bytes(self) -> int:
+        return self.stages * (self.bm + self.bn) * self.bk * 2 + 16 * self.stages  # tiles, two mbarriers
+
+    @property
+    def accumulators(self) -> int:
+        """fp32 registers per thread: (BM / consumers / 64) sub-tiles of BN / 2 each."""
+        return self.rows_per_consumer // WGMMA_M * self.bn // 2
+
+    def describe(self) -> str:
+        return (f"bm={self.bm}, bn={self.bn}, stages={self.stages}, consumers={self.consumers}, "
+                f"group_m={self.group_m}, producer={self.producer}, dtype={self.dtype}")
+
+    def problems(self) -> list[str]:
+        out = []
+        if self.dtype not in INPUT_DTYPES:
+            out.append(f"dtype {self.dtype!r} is not one of {', '.join(INPUT_DTYPES)}")
+        if self.consumers not in (1, 2):
+            out.append(f"consumers={self.consumers}: 1 or 2 warpgroups")
+        elif self.bm % (WGMMA_M * self.consumers):
+            out.append(f"bm={self.bm}: each of the {self.consumers} warpgroups takes a multiple of 64 rows")
+        if not (8 <= self.bn <= 256 and self.bn % 8 == 0):
+            out.append(f"bn={self.bn}: wgmma's N is a multiple of 8 up to 256")
+        if not 2 <= self.stages <= 5:
+            out.append(f"stages={self.stages}: 2 to 5")
+        if not 1 <= self.group_m <= 16:
+            out.append(f"group_m={self.group_m}: 1 to 16")
+        if not isinstance(self.producer, bool):
+            out.append(f"producer={self.producer!r}: True or False")
+
+        if not out:
+            if self.accumulators > MAX_ACCUMULATORS:
+                out.append(f"{self.accumulators} fp32 accumulators a thread (at most {MAX_ACCUMULATORS}): "
+                           "a smaller bn or bm, or a second warpgroup")
+            if self.shared_bytes > MAX_SHARED_BYTES:
+                out.append(f"{self.shared_bytes} bytes of shared memory (at most {MAX_SHARED_BYTES}): fewer stages")
+        return out
+
+    def fits(self, m: int, n: int, k: int) -> list[str]:
+        """Why this tile cannot compute an (m, n, k) GEMM; empty when it can."""
+        return [f"{name}={size} is not a multiple of {tile}" for name, size, tile in
+                (("M", m, self.bm), ("N", n, self.bn), ("K", k, self.bk)) if size % tile]
+
+
+def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32"):
+    """The PrimFunc main(A[m, k], B[n, k], C[m, n]) for one variant."""
+    from tvm.backend.cuda.tile_primitive.tma_utils import SwizzleMode, mma_shared_layout
+    from tvm.script import tirx as T
+    from tvm.tirx.script import tile as Tx
+
+    misfit = tile.fits(m, n, k)
+    if misfit:
+        raise ValueError(f"GemmTile({tile.describe()}) cannot compute {m}x{n}x{k}: " + "; ".join(misfit))
+    if out_dtype not in OUTPUT_DTYPES:
+        raise ValueError(f"out_dtype {out_dtype!r} is not one of {', '.join(OUTPUT_DTYPES)}")
+    dtype, bm, bn, bk, stages = tile.dtype, tile.bm, tile.bn, tile.bk, tile.stages
+    group_m = tile.group_m
+    grid_m, grid_n, k_tiles = m // bm, n // bn, k // bk
+    rows = tile.rows_per_consumer
+    subtiles = rows // WGMMA_M
+    half = bn // 2  # accumulators per sub-tile and thread
+    mma = f"wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.{INPUT_DTYPES[dtype]}.{INPUT_DTYPES[dtype]}"
+    swizzle = SwizzleMode.SWIZZLE_128B_ATOM
+    a_layout = mma_shared_layout(dtype, swizzle, (bm, bk)).tile_to((stages, bm, bk), (1, bm, bk))
+    b_layout = mma_shared_layout(dtype, swizzle, (bn, bk)).tile_to((stages, bn, bk), (1, bn, bk))
+    stage_bytes = (bm + bn) * bk * 2
+    prefetch = min(stages - 1, k_tiles)
+    producer = tile.producer
+    consumer_threads = WARPGROUP_THREADS * tile.consumers
+
+    def accumulators(acc, sub):
+        return [acc[sub * half + i] for i in range(half)]
+
+    # fmt: off
+    @T.macro
+    def load(A, B, A_s, B_s, full, block_m, block_n, kt, into):
+        """Thread issuing: K-tile kt's A and B tiles into stage `into`, completing full[into]."""
+        Tx.copy_async(A_s[into, :, :], A[block_m * bm:(block_m + 1) * bm, kt * bk:(kt + 1) * bk],
+                      dispatch="tma_auto", mbar=full.ptr_to([into]))
+        Tx.copy_async(B_s[into, :, :], B[block_n * bn:(block_n + 1) * bn, kt * bk:(kt + 1) * bk],
+                      dispatch="tma_auto", mbar=full.ptr_to([into]))
+        T.ptx.mbarrier.arrive.expect_tx.shared.b64(full.ptr_to([into]), T.uint32(stage_bytes))
+
+    @T.macro
+    def multiply(A_s, B_s, full, acc, desc_a, desc_b, wg, kt):
+        """A consumer warpgroup: wait for K-tile kt's stage, then all of its wgmmas, finished."""
+        stage: T.let = kt % stages
+        T.cuda.mbarrier_wait(full.ptr_to([stage]), (kt // stages) % 2)
+        T.ptx.wgmma.fence.sync.aligned()
+        for sub in T.unroll(subtiles):
+            for kk in T.unroll(bk // 16):
+                T.cuda.wgmma.encode_matrix_descriptor(
+                    T.address_of(desc_a[0]), A_s.ptr_to([stage, wg * rows + sub * 64, kk * 16]), 1, 64, 3)
+                T.cuda.wgmma.encode_matrix_descriptor(
+                    T.address_of(desc_b[0]), B_s.ptr_to([stage, 0, kk * 16]), 1, 64, 3)
+                T.ptx[mma](*accumulators(acc, sub), desc_a[0], desc_b[0], True, 1, 1, 0, 0)
+        T.ptx.wgmma.commit_group.sync.aligned()
+        # all of this K-tile's wgmmas finish here. Leaving one group in flight (wait_group 1)
+        # computed wrong results on the H200: ptxas 13.0 reads the accumulators between issue and
+        # wait (C7514), and TIRx's register fence (wgmma.noop_barrier) fences a copy of the
+        # register (bench-results/h200-issue12/run2)
+        T.ptx.wgmma.wait_group.sync.aligned(0)
+
+    @T.macro
+    def store(C, acc, block_m, block_n, wg, lane):
+        """A consumer warpgroup's accumulator fragments to C (wgmma's m64nN layout)."""
+        warp: T.let = lane // 32
+        for sub in T.unroll(subtiles):
+            for i in T.unroll(half // 4):
+                row: T.let = block_m * bm + wg * rows + sub * 64 + warp * 16 + lane % 32 // 4
+                col: T.let = block_n * bn + i * 8 + lane % 4 * 2
+                C[row, col] = T.Cast(out_dtype, acc[sub * half + i * 4])
+                C[row, col + 1] = T.Cast(out_dtype, acc[sub * half + i * 4 + 1])
+                C[row + 8, col] = T.Cast(out_dtype, acc[sub * half + i * 4 + 2])
+                C[row + 8, col + 1] = T.Cast(out_dtype, acc[sub * half + i * 4 + 3])
+
+    @T.prim_func
+    def main(a_ptr: T.handle, b_ptr: T.handle, c_ptr: T.handle) -> None:
+        A = T.match_buffer(a_ptr, (m, k), dtype)
+        B = T.match_buffer(b_ptr, (n, k), dtype)
+        C = T.match_buffer(c_ptr, (m, n), out_dtype)
+        T.device_entry()
+        block = T.cta_id([grid_m * grid_n])
+        tid = T.thread_id([tile.threads])
+        # group_m block rows at a time sweep N, so the blocks running together share B's tiles in L2
+        group: T.let = block // (group_m * grid_n)
+        first_m: T.let = group * group_m
+        rows_here: T.let = T.min(group_m, grid_m - first_m)
+        block_m: T.let = first_m + block % (group_m * grid_n) % rows_here
+        block_n: T.let = block % (group_m * grid_n) // rows_here
+        wg: T.let = tid // 128
+        lane: T.let = tid % 128
+
+        A_s = T.alloc_buffer((stages, bm, bk), dtype, scope="shared", layout=a_layout, align=1024)
+        B_s = T.alloc_buffer((stages, bn, bk), dtype, scope="shared", layout=b_layout, align=1024)
+        full = T.alloc_shared([stages], "uint64")
+        empty = T.alloc_shared([stages], "uint64")  # used with a producer only
+        acc = T.alloc_local([subtiles * half], "float32")
+        desc_a = T.alloc_local([1], "uint64")
+        desc_b = T.alloc_local([1], "uint64")
+
+        if tid == 0:
+            for s in T.unroll(stages):
+                T.ptx.mbarrier.init.shared.b64(full.ptr_to([s]), T.uint32(1))
+                T.ptx.mbarrier.init.shared.b64(empty.ptr_to([s]), T.uint32(consumer_threads))
+        T.ptx.fence.proxy.async_.shared__cta()
+        T.cuda.cta_sync()
+
+        if producer:
+            if wg == tile.consumers:
+                if lane == 0:
+                    for kt in T.serial(k_tiles):
+                        # parity flipped: a fresh barrier counts as released, every stage starts free
+                        T.cuda.mbarrier_wait(empty.ptr_to([kt % stages]), (kt // stages) % 2 ^ 1)
+                        load(A, B, A_s, B_s, full, block_m, block_n, kt, kt % stages)
+            else:
+                for i in T.serial(subtiles * half):
+                    acc[i] = T.float32(0)
+                for kt in T.serial(k_tiles):
+                    multiply(A_s, B_s, full, acc, desc_a, desc_b, wg, kt)
+                    T.ptx.mbarrier.arrive.shared.b64(empty.ptr_to([kt % stages]))
+                store(C, acc, block_m, block_n, wg, lane)
+        else:
+            if tid == 0:
+                for kt in T.serial(prefetch):
+                    load(A, B, A_s, B_s, full, block_m, block_n, kt, kt)
+            for i in T.serial(subtiles * half):
+                acc[i] = T.float32(0)
+            for kt in T.serial(k_tiles):
+                if tid == 0:
+                    if kt + stages - 1 < k_tiles:
+                        load(A, B, A_s, B_s, full, block_m, block_n, kt + stages - 1, (kt + stages - 1) % stages)
+                multiply(A_s, B_s, full, acc, desc_a, desc_b, wg, kt)
+                T.cuda.cta_sync()  # every warpgroup is done with this stage before it is loaded again
+            store(C, acc, block_m, block_n, wg, lane)
+    # fmt: on
+
+    return main
+
+
+def sm90a_target():
+    import tvm
+
+    return tvm.target.Target({"kind": "cuda", "arch": "sm_90a", "host": {"kind": "llvm"}})
+
+
+def compile_gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32"):
+    """The compiled module (callable as mod(A, B, C)) for one variant on sm_90a."""
+    import tvm
+
+    target = sm90a_target()
+    with target:
+        return tvm.compile(tvm.IRModule({"main": gemm(m, n, k, tile, out_dtype)}), target=target,
+                           tir_pipeline="tirx")

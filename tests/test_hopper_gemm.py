@@ -1,0 +1,61 @@
+"""The Hopper GEMM template on the CPU: what it admits lowers to sm_90a CUDA with wgmma and TMA, what
+it refuses is refused with the rule (numerics need the GPU: kb_tvm.bench_hopper checks them)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from kb_tvm.schedules.hopper_gemm import GemmTile, compile_gemm, gemm
+
+# the variants a tuner would try on transformer shapes: 1 and 2 consumer warpgroups, narrow and
+# wide N, shallow and deep pipelines
+ADMITTED = [
+    GemmTile(bm=64, bn=64, stages=2),
+    GemmTile(bm=128, bn=128, stages=4, producer=False),
+    GemmTile(bm=64, bn=256, stages=3),
+    GemmTile(bm=128, bn=256, stages=3, consumers=2),
+    GemmTile(bm=128, bn=256, stages=4, consumers=2, producer=False),
+    GemmTile(bm=128, bn=96, stages=5, group_m=1, dtype="bfloat16"),
+]
+
+
+@pytest.mark.parametrize("tile", ADMITTED, ids=lambda t: t.describe().replace(", ", "-"))
+def test_every_admitted_variant_lowers_to_sm90a_cuda_with_wgmma_and_tma(tile):
+    mod = compile_gemm(2 * tile.bm, 3 * tile.bn, 256, tile, "float16")
+    source = mod.mod.imports[0].inspect_source()
+    kind = "bf16" if tile.dtype == "bfloat16" else "f16"
+    assert f"wgmma.mma_async.sync.aligned.m64n{tile.bn}k16.f32.{kind}.{kind}" in source
+    assert "cp.async.bulk.tensor" in source  # TMA loads
+    assert "mbarrier" in source
+    assert "wgmma.wait_group" in source
+    # with a producer warpgroup, consumers release stages through mbarrier arrivals
+    assert ("mbarrier_arrive_nocount_arrive_shared_b64(" in source) == tile.producer
+    assert f"__launch_bounds__({tile.threads})" in source  # 128 threads per consumer warpgroup
+
+
+@pytest.mark.parametrize(("given", "rule"), [
+    ({"bn": 12}, "bn=12: wgmma's N is a multiple of 8 up to 256"),
+    ({"bn": 264}, "bn=264: wgmma's N is a multiple of 8 up to 256"),
+    ({"bm": 96}, "bm=96: each of the 1 warpgroups takes a multiple of 64 rows"),
+    ({"bm": 64, "consumers": 2}, "bm=64: each of the 2 warpgroups takes a multiple of 64 rows"),
+    ({"consumers": 3}, "consumers=3: 1 or 2 warpgroups"),
+    ({"stages": 1}, "stages=1: 2 to 5"),
+    ({"stages": 6}, "stages=6: 2 to 5"),
+    ({"group_m": 0}, "group_m=0: 1 to 16"),
+    ({"producer": 1}, "producer=1: True or False"),
+    ({"dtype": "float32"}, "dtype 'float32' is not one of float16, bfloat16"),
+    ({"bm": 128, "bn": 256}, "256 fp32 accumulators a thread (at most 128)"),
+    ({"bm": 256, "bn": 256, "consumers": 2, "stages": 4}, "bytes of shared memory (at most 232448): fewer stages"),
+])
+def test_variants_that_cannot_run_are_refused_with_the_rule(given, rule):
+    with pytest.raises(ValueError, match=re.escape(rule)):
+        GemmTile(**given)
+
+
+def test_shapes_off_the_tile_are_refused_with_the_dimension():
+    tile = GemmTile(bm=128, bn=128)
+    assert tile.fits(256, 256, 128) == []
+    with pytest.raises(ValueError, match=re.escape("M=200 is not a multiple of 128; K=100 is not a multiple of 64")):
+        gemm(200, 256, 100, tile)
