@@ -2,6 +2,7 @@
 reference before it is timed, beside cuBLAS (through torch) on the same GPU.
 
     python -m kb_tvm.bench_hopper --shape 4096x4096x4096 --tile 128x128x4x1 --out hopper.json
+    python -m kb_tvm.bench_hopper --shape 4096x4096x4096 --search 5m --out search.json
 
 --tile is BMxBNxSTAGESxCONSUMERS[xGROUP_M[xPRODUCER]] (repeatable). A variant whose result
 differs from the reference is reported as wrong and never timed. `ms` is device time (CUPTI,
@@ -101,13 +102,39 @@ def run_variant(m, n, k, tile, out_dtype, a, b, reference) -> dict:
     return row
 
 
+def search_shape(m, n, k, dtype, out_dtype, budget, a, b, reference, echo) -> dict:
+    """kb's search over the template's variants for one shape (search/hopper_variants.py) within
+    `budget` seconds: each asked variant built, checked and timed; the best and the curve."""
+    from .budget import TuningBudget
+    from .search.hopper_variants import VariantSearch
+
+    clock = TuningBudget(budget).start()
+    search = VariantSearch(m, n, k, dtype)
+    rows, curve, records = [], [], []
+    while not clock.exhausted and (tile := search.ask()) is not None:
+        row = run_variant(m, n, k, tile, out_dtype, a, b, reference)
+        seconds = row["ms"] * 1e-3 if row.get("correct") and row.get("ms") else None
+        search.tell(tile, seconds)
+        records.append(VariantSearch.record(tile, seconds))
+        best = search.best
+        curve.append({"seconds": round(clock.spent, 2), "best_ms": best[1] * 1e3 if best else None})
+        rows.append(row)
+        echo(json.dumps({**row, "spent_s": curve[-1]["seconds"]}))
+    best = search.best
+    return {"shape": [m, n, k], "budget_s": clock.total, "spent_s": round(clock.spent, 2),
+            "stopped": "budget" if clock.exhausted else "nothing left is predicted to beat the best",
+            "variants": len(search.pool), "measured": len(records), "curve": curve, "records": records,
+            "best": None if best is None else {"tile": best[0].describe(), "ms": best[1] * 1e3}, "rows": rows}
+
+
 @click.command()
 @click.option("--shape", "shapes", multiple=True, default=("4096x4096x4096",), help="MxNxK")
 @click.option("--tile", "tiles", multiple=True, default=("128x128x4x1",), help="BMxBNxSTAGESxCONSUMERS[xGROUP_M[xPRODUCER]]")
 @click.option("--dtype", default="float16", type=click.Choice(["float16", "bfloat16"]))
 @click.option("--out-dtype", default="float16", type=click.Choice(["float32", "float16", "bfloat16"]))
+@click.option("--search", "budget", default=None, help="Instead of --tile: kb's variant search within this budget, e.g. 5m")
 @click.option("--out", "out_path", type=click.Path(path_type=Path), required=True)
-def main(shapes, tiles, dtype, out_dtype, out_path):
+def main(shapes, tiles, dtype, out_dtype, budget, out_path):
     import torch
 
     from kb_tvm.schedules.hopper_gemm import GemmTile
@@ -133,6 +160,11 @@ def main(shapes, tiles, dtype, out_dtype, out_path):
         rows.append({"shape": [m, n, k], "cublas_ms": cublas_s * 1e3, "cublas_call_ms": cublas_call_s * 1e3,
                      "cublas_tflops": 2 * m * n * k / cublas_s / 1e12})
         click.echo(json.dumps(rows[-1]))
+        if budget is not None:
+            rows.append(search_shape(m, n, k, dtype, out_dtype, budget, a, b, reference, click.echo))
+            out_path.write_text(json.dumps({"device": torch.cuda.get_device_name(), "dtype": dtype,
+                                            "rows": rows}, indent=1))
+            continue
         for tile in variants:
             if tile.fits(m, n, k):
                 continue

@@ -1,0 +1,130 @@
+"""Which variants of the Hopper GEMM template (schedules/hopper_gemm.py) to measure, in what order,
+and when to stop. Plain Python: the caller measures (kb_tvm.bench_hopper on a GPU).
+
+The order comes from a model of a variant's seconds: waves of blocks over the SMs times one
+block's tensor-core work, at an efficiency that grows with the wgmma's N and with a producer
+warpgroup, as the H200 runs showed (bench-results/h200-issue12: 128x256 with a producer was the
+fastest on 4096^3; 64-wide tiles on M = 128). Each measurement corrects the model for the
+variants of its family (consumers, producer, BN): its measured / predicted ratio. The search asks
+for the unmeasured variant of lowest corrected prediction and stops when the budget is spent or
+when, after `patience` measurements, no unmeasured prediction is within `hope` of the best
+measured. A variant that failed (built wrong, computed wrong) is never the best.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..schedules.hopper_gemm import GemmTile
+
+SMS = 132  # H200
+SM_SHARED_BYTES = 228 * 1024
+SM_REGISTERS = 65536
+PEAK_FLOPS = 990e12  # dense fp16/bf16 tensor-core peak of an H200 (SXM)
+
+BM_CHOICES = (64, 128, 256)
+BN_CHOICES = (32, 64, 96, 128, 192, 256)
+STAGE_CHOICES = (3, 4, 5)
+
+
+def variants(m: int, n: int, k: int, dtype: str = "float16") -> list[GemmTile]:
+    """Every variant the template admits for an (m, n, k) GEMM (tile order fixed at group_m=8)."""
+    out = []
+    for bm in BM_CHOICES:
+        for bn in BN_CHOICES:
+            for stages in STAGE_CHOICES:
+                for consumers in (1, 2):
+                    for producer in (True, False):
+                        try:
+                            tile = GemmTile(bm=bm, bn=bn, stages=stages, consumers=consumers,
+                                            producer=producer, dtype=dtype)
+                        except ValueError:  # a rule of the template: too many registers, too much shared memory
+                            continue
+                        if not tile.fits(m, n, k):
+                            out.append(tile)
+    return out
+
+
+def family(tile: GemmTile) -> tuple:
+    return (tile.consumers, tile.producer, tile.bn)
+
+
+def predicted_seconds(tile: GemmTile, m: int, n: int, k: int) -> float:
+    """Waves of blocks times a block's work at an efficiency; a ranking, not a promise."""
+    per_sm = max(1, min(SM_SHARED_BYTES // tile.shared_bytes, SM_REGISTERS // (tile.threads * 168)))
+    blocks = (m // tile.bm) * (n // tile.bn)
+    waves = math.ceil(blocks / (SMS * per_sm))
+    # wgmma's issue rate grows with N; a producer takes the loads off the consumers' path
+    efficiency = 0.75 * (tile.bn / 256) ** 0.25 * (1.0 if tile.producer else 0.9) * min(1.0, per_sm * tile.consumers / 2)
+    block_flops = 2.0 * tile.bm * tile.bn * k
+    return waves * per_sm * block_flops / (PEAK_FLOPS / SMS) / efficiency + 2e-6  # + a launch
+
+
+@dataclass
+class VariantSearch:
+    """Ask/tell over the variants of one GEMM shape. `tell` takes what was measured (seconds, or
+    None for a variant that failed); `replay(records)` rebuilds the state from earlier records."""
+
+    m: int
+    n: int
+    k: int
+    dtype: str = "float16"
+    patience: int = 6
+    hope: float = 0.05
+    measured: dict[GemmTile, float | None] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.patience < 1:
+            raise ValueError(f"patience={self.patience!r}: at least 1 measurement")
+        if not 0 <= self.hope < 1:
+            raise ValueError(f"hope={self.hope!r}: a fraction in [0, 1)")
+        self.pool = variants(self.m, self.n, self.k, self.dtype)
+        if not self.pool:
+            raise ValueError(f"no Hopper GEMM variant fits {self.m}x{self.n}x{self.k} (multiples of 64 and 8 needed)")
+
+    def corrected(self, tile: GemmTile) -> float:
+        """The model's seconds for `tile` times its family's measured / predicted ratio (the
+        median of them), or the ratio over all measurements for a family not measured yet."""
+        def ratios(match):
+            return sorted(seconds / predicted_seconds(t, self.m, self.n, self.k)
+                          for t, seconds in self.measured.items() if seconds is not None and match(t))
+        ratio = ratios(lambda t: family(t) == family(tile)) or ratios(lambda t: True) or [1.0]
+        return predicted_seconds(tile, self.m, self.n, self.k) * ratio[len(ratio) // 2]
+
+    @property
+    def best(self) -> tuple[GemmTile, float] | None:
+        done = [(seconds, t.describe(), t) for t, seconds in self.measured.items() if seconds is not None]
+        if not done:
+            return None
+        seconds, _, tile = min(done)
+        return tile, seconds
+
+    def ask(self) -> GemmTile | None:
+        """The next variant to measure, or None when the search is done."""
+        left = [t for t in self.pool if t not in self.measured]
+        if not left:
+            return None
+        ranked = sorted(left, key=lambda t: (self.corrected(t), t.describe()))
+        best = self.best
+        if best is not None and len(self.measured) >= self.patience:
+            if self.corrected(ranked[0]) > best[1] * (1 - self.hope):
+                return None  # nothing left is predicted to beat the best by `hope`
+        return ranked[0]
+
+    def tell(self, tile: GemmTile, seconds: float | None) -> None:
+        if tile not in self.pool:
+            raise ValueError(f"GemmTile({tile.describe()}) is not a variant of {self.m}x{self.n}x{self.k}")
+        self.measured[tile] = seconds
+
+    def replay(self, records: list[dict]) -> None:
+        """Earlier measurements, as `record()` wrote them, so that a search resumes."""
+        for row in records:
+            self.tell(GemmTile(**row["tile"]), row["seconds"])
+
+    @staticmethod
+    def record(tile: GemmTile, seconds: float | None) -> dict:
+        """A measurement as data that rebuilds the variant: GemmTile(**record["tile"])."""
+        return {"tile": {name: getattr(tile, name) for name in
+                         ("bm", "bn", "stages", "consumers", "group_m", "producer", "dtype")},
+                "seconds": seconds}

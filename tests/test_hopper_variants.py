@@ -1,0 +1,84 @@
+"""The search over the Hopper GEMM template's variants, as plain Python against a made-up GPU whose
+times the model gets wrong by a factor per family of variants."""
+
+from __future__ import annotations
+
+import pytest
+
+from kb_tvm.search.hopper_variants import VariantSearch, family, predicted_seconds, variants
+
+
+def _true_seconds(tile, m, n, k):
+    # the model is 30% optimistic for producer variants and 30% pessimistic for the others, so
+    # its third choice on 4096^3 (128x256 without a producer) is in truth the fastest family
+    return predicted_seconds(tile, m, n, k) * (1.3 if tile.producer else 0.7)
+
+
+def _run(search, measure, limit=500):
+    asked = 0
+    while (tile := search.ask()) is not None and asked < limit:
+        search.tell(tile, measure(tile))
+        asked += 1
+    return asked
+
+
+def test_every_variant_offered_is_admitted_and_fits_the_shape():
+    pool = variants(4096, 4096, 4096)
+    assert len(pool) > 20
+    assert all(not t.problems() and not t.fits(4096, 4096, 4096) for t in pool)
+    assert {t.bm for t in variants(128, 768, 768)} == {64, 128}  # 256 rows do not fit M = 128
+
+
+def test_the_search_corrects_its_model_finds_the_fastest_and_measures_few():
+    shape = (4096, 4096, 4096)
+    search = VariantSearch(*shape)
+    asked = _run(search, lambda t: _true_seconds(t, *shape))
+    truth = min(search.pool, key=lambda t: _true_seconds(t, *shape))
+    best_tile, best_seconds = search.best
+    assert best_seconds == pytest.approx(_true_seconds(truth, *shape))
+    assert not best_tile.producer  # it left the family the model preferred
+    assert asked < len(search.pool) / 3
+
+
+def test_a_variant_that_failed_is_never_the_best():
+    shape = (128, 768, 768)
+    search = VariantSearch(*shape, patience=3)
+    first = search.ask()
+    search.tell(first, None)  # computed wrong: a failed candidate, not a record
+    _run(search, lambda t: _true_seconds(t, *shape))
+    assert search.best[0] != first
+    assert search.measured[first] is None
+
+
+def test_it_stops_once_nothing_left_is_predicted_to_beat_the_best():
+    shape = (4096, 4096, 4096)
+    search = VariantSearch(*shape, patience=2, hope=0.5)
+    # the model exactly right: after two measurements nothing is predicted 50% faster than the best
+    asked = _run(search, lambda t: predicted_seconds(t, *shape))
+    assert asked == 2 and search.ask() is None
+
+
+def test_a_search_rebuilt_from_its_records_asks_what_the_original_would():
+    shape = (128, 3072, 768)
+    original = VariantSearch(*shape)
+    records = []
+    for _ in range(4):
+        tile = original.ask()
+        seconds = _true_seconds(tile, *shape)
+        original.tell(tile, seconds)
+        records.append(VariantSearch.record(tile, seconds))
+    resumed = VariantSearch(*shape)
+    resumed.replay(records)
+    assert resumed.ask() == original.ask()
+    assert family(resumed.best[0]) == family(original.best[0])
+
+
+def test_bad_inputs_are_refused_with_the_rule():
+    with pytest.raises(ValueError, match="no Hopper GEMM variant fits 100x768x768"):
+        VariantSearch(100, 768, 768)
+    with pytest.raises(ValueError, match="patience=0"):
+        VariantSearch(128, 768, 768, patience=0)
+    search = VariantSearch(128, 768, 768)
+    stranger = variants(4096, 4096, 4096)[-1]
+    with pytest.raises(ValueError, match="is not a variant of 128x768x768"):
+        search.tell(stranger, 1e-3)
