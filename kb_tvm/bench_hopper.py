@@ -102,14 +102,14 @@ def run_variant(m, n, k, tile, out_dtype, a, b, reference) -> dict:
     return row
 
 
-def search_shape(m, n, k, dtype, out_dtype, budget, a, b, reference, echo) -> dict:
+def search_shape(m, n, k, dtype, b_layout, out_dtype, budget, a, b, reference, echo) -> dict:
     """kb's search over the template's variants for one shape (search/hopper_variants.py) within
     `budget` seconds: each asked variant built, checked and timed; the best and the curve."""
     from .budget import TuningBudget
     from .search.hopper_variants import VariantSearch
 
     clock = TuningBudget(budget).start()
-    search = VariantSearch(m, n, k, dtype)
+    search = VariantSearch(m, n, k, dtype, b_layout)
     rows, curve, records = [], [], []
     while not clock.exhausted and (tile := search.ask()) is not None:
         row = run_variant(m, n, k, tile, out_dtype, a, b, reference)
@@ -132,9 +132,10 @@ def search_shape(m, n, k, dtype, out_dtype, budget, a, b, reference, echo) -> di
 @click.option("--tile", "tiles", multiple=True, default=("128x128x4x1",), help="BMxBNxSTAGESxCONSUMERS[xGROUP_M[xPRODUCER]]")
 @click.option("--dtype", default="float16", type=click.Choice(["float16", "bfloat16"]))
 @click.option("--out-dtype", default="float16", type=click.Choice(["float32", "float16", "bfloat16"]))
+@click.option("--b-layout", default="nk", type=click.Choice(["nk", "kn"]), help="B as [N, K] or [K, N]")
 @click.option("--search", "budget", default=None, help="Instead of --tile: kb's variant search within this budget, e.g. 5m")
 @click.option("--out", "out_path", type=click.Path(path_type=Path), required=True)
-def main(shapes, tiles, dtype, out_dtype, budget, out_path):
+def main(shapes, tiles, dtype, out_dtype, b_layout, budget, out_path):
     import torch
 
     from kb_tvm.schedules.hopper_gemm import GemmTile
@@ -147,21 +148,22 @@ def main(shapes, tiles, dtype, out_dtype, budget, out_path):
         given = dict(zip(("bm", "bn", "stages", "consumers", "group_m", "producer"), values))
         if "producer" in given:
             given["producer"] = bool(given["producer"])
-        variants.append(GemmTile(**given, dtype=dtype))
+        variants.append(GemmTile(**given, b_layout=b_layout, dtype=dtype))
     rows, torch_dtype = [], getattr(torch, dtype)
     for text in shapes:
         m, n, k = _parse(text, 3, "MxNxK")
         gen = torch.Generator(device="cuda").manual_seed(0)
         a = torch.randn((m, k), device="cuda", dtype=torch_dtype, generator=gen)
-        b = torch.randn((n, k), device="cuda", dtype=torch_dtype, generator=gen)
-        reference = a.float() @ b.float().T
-        cublas_call_s = time_call(lambda: torch.matmul(a, b.T))
-        cublas_s = kernel_seconds(lambda: torch.matmul(a, b.T))
+        b = torch.randn((n, k) if b_layout == "nk" else (k, n), device="cuda", dtype=torch_dtype, generator=gen)
+        b_kn = b.T if b_layout == "nk" else b  # B as [K, N] for torch either way
+        reference = a.float() @ b_kn.float()
+        cublas_call_s = time_call(lambda: torch.matmul(a, b_kn))
+        cublas_s = kernel_seconds(lambda: torch.matmul(a, b_kn))
         rows.append({"shape": [m, n, k], "cublas_ms": cublas_s * 1e3, "cublas_call_ms": cublas_call_s * 1e3,
                      "cublas_tflops": 2 * m * n * k / cublas_s / 1e12})
         click.echo(json.dumps(rows[-1]))
         if budget is not None:
-            rows.append(search_shape(m, n, k, dtype, out_dtype, budget, a, b, reference, click.echo))
+            rows.append(search_shape(m, n, k, dtype, b_layout, out_dtype, budget, a, b, reference, click.echo))
             out_path.write_text(json.dumps({"device": torch.cuda.get_device_name(), "dtype": dtype,
                                             "rows": rows}, indent=1))
             continue

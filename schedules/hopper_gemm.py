@@ -1,7 +1,8 @@
 """A Hopper-native GEMM template (sm_90a): TMA loads into a ring of shared-memory stages, warpgroup
 MMA (`wgmma.mma_async`) out of them, fp32 accumulation in registers.
 
-    C[M, N] = A[M, K] @ B[N, K]^T        (both operands K-major, as a Linear layer's weight is)
+    C[M, N] = A[M, K] @ B[N, K]^T        (b_layout="nk": both K-major, as a Linear layer's weight is)
+    C[M, N] = A[M, K] @ B[K, N]          (b_layout="kn": as MetaSchedule's and Relax's matmul)
 
 Written in TVM's TIRx script and compiled with `tir_pipeline="tirx"` for `sm_90a` (MetaSchedule
 and dlight keep `sm_90`: dlight reads "sm_90a" as no tensor cores). The parameters are what a
@@ -46,6 +47,9 @@ class GemmTile:
     # a warpgroup of its own issues the loads; a stage is released by its consumers' arrivals on an
     # mbarrier, not by a block-wide sync after every K-tile
     producer: bool = True  # 4096^3 fp16 on the H200: 0.235 ms with, 0.260 without (run3)
+    # B as [N, K] ("nk", K-major: a Linear layer's weight) or [K, N] ("kn": MetaSchedule's and
+    # Relax's matmul), read by wgmma transposed from 64-column swizzle chunks
+    b_layout: str = "nk"
     dtype: str = "float16"
 
     def __post_init__(self) -> None:
@@ -76,7 +80,7 @@ class GemmTile:
 
     def describe(self) -> str:
         return (f"bm={self.bm}, bn={self.bn}, stages={self.stages}, consumers={self.consumers}, "
-                f"group_m={self.group_m}, producer={self.producer}, dtype={self.dtype}")
+                f"group_m={self.group_m}, producer={self.producer}, b_layout={self.b_layout}, dtype={self.dtype}")
 
     def problems(self) -> list[str]:
         out = []
@@ -94,6 +98,10 @@ class GemmTile:
             out.append(f"group_m={self.group_m}: 1 to 16")
         if not isinstance(self.producer, bool):
             out.append(f"producer={self.producer!r}: True or False")
+        if self.b_layout not in ("nk", "kn"):
+            out.append(f"b_layout={self.b_layout!r}: 'nk' (B[N, K]) or 'kn' (B[K, N])")
+        elif self.b_layout == "kn" and self.bn % 64:
+            out.append(f"bn={self.bn} with b_layout='kn': B's tile is read in 64-column swizzle chunks")
 
         if not out:
             if self.accumulators > MAX_ACCUMULATORS:
@@ -110,7 +118,7 @@ class GemmTile:
 
 
 def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32"):
-    """The PrimFunc main(A[m, k], B[n, k], C[m, n]) for one variant."""
+    """The PrimFunc main(A[m, k], B[n, k] or B[k, n], C[m, n]) for one variant."""
     from tvm.backend.cuda.tile_primitive.tma_utils import SwizzleMode, mma_shared_layout
     from tvm.script import tirx as T
     from tvm.tirx.script import tile as Tx
@@ -129,7 +137,14 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32"):
     mma = f"wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.{INPUT_DTYPES[dtype]}.{INPUT_DTYPES[dtype]}"
     swizzle = SwizzleMode.SWIZZLE_128B_ATOM
     a_layout = mma_shared_layout(dtype, swizzle, (bm, bk)).tile_to((stages, bm, bk), (1, bm, bk))
-    b_layout = mma_shared_layout(dtype, swizzle, (bn, bk)).tile_to((stages, bn, bk), (1, bn, bk))
+    b_kn = tile.b_layout == "kn"
+    b_tile = (bk, bn) if b_kn else (bn, bk)
+    b_layout = mma_shared_layout(dtype, swizzle, b_tile).tile_to((stages, *b_tile), (1, *b_tile))
+    # wgmma descriptors, in 16-byte units: K-major tiles step 1024 bytes per 8 rows (the leading
+    # offset unused); B [K, N] steps B_LBO between 64-column chunks (bk rows of 128 bytes each)
+    # and 1024 bytes per 8 rows of K
+    b_lbo, b_sbo = (bk * SWIZZLE_BYTES // 16, 64) if b_kn else (1, 64)
+    trans_b = 1 if b_kn else 0
     stage_bytes = (bm + bn) * bk * 2
     prefetch = min(stages - 1, k_tiles)
     producer = tile.producer
@@ -144,8 +159,12 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32"):
         """Thread issuing: K-tile kt's A and B tiles into stage `into`, completing full[into]."""
         Tx.copy_async(A_s[into, :, :], A[block_m * bm:(block_m + 1) * bm, kt * bk:(kt + 1) * bk],
                       dispatch="tma_auto", mbar=full.ptr_to([into]))
-        Tx.copy_async(B_s[into, :, :], B[block_n * bn:(block_n + 1) * bn, kt * bk:(kt + 1) * bk],
-                      dispatch="tma_auto", mbar=full.ptr_to([into]))
+        if b_kn:
+            Tx.copy_async(B_s[into, :, :], B[kt * bk:(kt + 1) * bk, block_n * bn:(block_n + 1) * bn],
+                          dispatch="tma_auto", mbar=full.ptr_to([into]))
+        else:
+            Tx.copy_async(B_s[into, :, :], B[block_n * bn:(block_n + 1) * bn, kt * bk:(kt + 1) * bk],
+                          dispatch="tma_auto", mbar=full.ptr_to([into]))
         T.ptx.mbarrier.arrive.expect_tx.shared.b64(full.ptr_to([into]), T.uint32(stage_bytes))
 
     @T.macro
@@ -158,9 +177,13 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32"):
             for kk in T.unroll(bk // 16):
                 T.cuda.wgmma.encode_matrix_descriptor(
                     T.address_of(desc_a[0]), A_s.ptr_to([stage, wg * rows + sub * 64, kk * 16]), 1, 64, 3)
-                T.cuda.wgmma.encode_matrix_descriptor(
-                    T.address_of(desc_b[0]), B_s.ptr_to([stage, 0, kk * 16]), 1, 64, 3)
-                T.ptx[mma](*accumulators(acc, sub), desc_a[0], desc_b[0], True, 1, 1, 0, 0)
+                if b_kn:
+                    T.cuda.wgmma.encode_matrix_descriptor(
+                        T.address_of(desc_b[0]), B_s.ptr_to([stage, kk * 16, 0]), b_lbo, b_sbo, 3)
+                else:
+                    T.cuda.wgmma.encode_matrix_descriptor(
+                        T.address_of(desc_b[0]), B_s.ptr_to([stage, 0, kk * 16]), b_lbo, b_sbo, 3)
+                T.ptx[mma](*accumulators(acc, sub), desc_a[0], desc_b[0], True, 1, 1, 0, trans_b)
         T.ptx.wgmma.commit_group.sync.aligned()
         # all of this K-tile's wgmmas finish here. Leaving one group in flight (wait_group 1)
         # computed wrong results on the H200: ptxas 13.0 reads the accumulators between issue and
@@ -184,7 +207,7 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32"):
     @T.prim_func
     def main(a_ptr: T.handle, b_ptr: T.handle, c_ptr: T.handle) -> None:
         A = T.match_buffer(a_ptr, (m, k), dtype)
-        B = T.match_buffer(b_ptr, (n, k), dtype)
+        B = T.match_buffer(b_ptr, (k, n) if b_kn else (n, k), dtype)
         C = T.match_buffer(c_ptr, (m, n), out_dtype)
         T.device_entry()
         block = T.cta_id([grid_m * grid_n])
@@ -199,7 +222,7 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32"):
         lane: T.let = tid % 128
 
         A_s = T.alloc_buffer((stages, bm, bk), dtype, scope="shared", layout=a_layout, align=1024)
-        B_s = T.alloc_buffer((stages, bn, bk), dtype, scope="shared", layout=b_layout, align=1024)
+        B_s = T.alloc_buffer((stages, *b_tile), dtype, scope="shared", layout=b_layout, align=1024)
         full = T.alloc_shared([stages], "uint64")
         empty = T.alloc_shared([stages], "uint64")  # used with a producer only
         acc = T.alloc_local([subtiles * half], "float32")

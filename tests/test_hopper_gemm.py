@@ -18,6 +18,8 @@ ADMITTED = [
     GemmTile(bm=128, bn=256, stages=3, consumers=2),
     GemmTile(bm=128, bn=256, stages=4, consumers=2, producer=False),
     GemmTile(bm=128, bn=96, stages=5, group_m=1, dtype="bfloat16"),
+    GemmTile(bm=128, bn=256, stages=4, consumers=2, b_layout="kn"),
+    GemmTile(bm=64, bn=64, stages=3, b_layout="kn", dtype="bfloat16"),
 ]
 
 
@@ -27,6 +29,9 @@ def test_every_admitted_variant_lowers_to_sm90a_cuda_with_wgmma_and_tma(tile):
     source = mod.mod.imports[0].inspect_source()
     kind = "bf16" if tile.dtype == "bfloat16" else "f16"
     assert f"wgmma.mma_async.sync.aligned.m64n{tile.bn}k16.f32.{kind}.{kind}" in source
+    # B[K, N] is read transposed (the last immediate: imm-trans-b), B[N, K] as it lies
+    trans_b = 1 if tile.b_layout == "kn" else 0
+    assert f"m64n{tile.bn}k16_f32_{kind}_{kind}_1_1_0_{trans_b}(" in source
     assert "cp.async.bulk.tensor" in source  # TMA loads
     assert "mbarrier" in source
     assert "wgmma.wait_group" in source
@@ -45,6 +50,8 @@ def test_every_admitted_variant_lowers_to_sm90a_cuda_with_wgmma_and_tma(tile):
     ({"stages": 6}, "stages=6: 2 to 5"),
     ({"group_m": 0}, "group_m=0: 1 to 16"),
     ({"producer": 1}, "producer=1: True or False"),
+    ({"b_layout": "t"}, "b_layout='t': 'nk' (B[N, K]) or 'kn' (B[K, N])"),
+    ({"bn": 32, "b_layout": "kn"}, "bn=32 with b_layout='kn': B's tile is read in 64-column swizzle chunks"),
     ({"dtype": "float32"}, "dtype 'float32' is not one of float16, bfloat16"),
     ({"bm": 128, "bn": 256}, "256 fp32 accumulators a thread (at most 128)"),
     ({"bm": 256, "bn": 256, "consumers": 2, "stages": 4}, "bytes of shared memory (at most 232448): fewer stages"),
@@ -52,6 +59,15 @@ def test_every_admitted_variant_lowers_to_sm90a_cuda_with_wgmma_and_tma(tile):
 def test_variants_that_cannot_run_are_refused_with_the_rule(given, rule):
     with pytest.raises(ValueError, match=re.escape(rule)):
         GemmTile(**given)
+
+
+def test_b_as_k_by_n_is_the_matmul_of_metaschedule_workloads():
+    signature = gemm(256, 512, 128, GemmTile(bm=128, bn=256, consumers=2, b_layout="kn")).script()
+    # A[M, K], B[K, N], C[M, N], as the suite's gemm-*-fp16 workloads and Relax's matmuls hold them
+    assert ('A: T.Buffer((256, 128), "float16"), B: T.Buffer((128, 512), "float16"), '
+            'C: T.Buffer((256, 512), "float32")') in signature
+    as_linear = gemm(256, 512, 128, GemmTile(bm=128, bn=256, consumers=2)).script()
+    assert 'B: T.Buffer((512, 128), "float16")' in as_linear
 
 
 def test_shapes_off_the_tile_are_refused_with_the_dimension():

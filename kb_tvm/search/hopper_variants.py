@@ -28,7 +28,7 @@ BN_CHOICES = (32, 64, 96, 128, 192, 256)
 STAGE_CHOICES = (3, 4, 5)
 
 
-def variants(m: int, n: int, k: int, dtype: str = "float16") -> list[GemmTile]:
+def variants(m: int, n: int, k: int, dtype: str = "float16", b_layout: str = "nk") -> list[GemmTile]:
     """Every variant the template admits for an (m, n, k) GEMM (tile order fixed at group_m=8)."""
     out = []
     for bm in BM_CHOICES:
@@ -38,7 +38,7 @@ def variants(m: int, n: int, k: int, dtype: str = "float16") -> list[GemmTile]:
                     for producer in (True, False):
                         try:
                             tile = GemmTile(bm=bm, bn=bn, stages=stages, consumers=consumers,
-                                            producer=producer, dtype=dtype)
+                                            producer=producer, b_layout=b_layout, dtype=dtype)
                         except ValueError:  # a rule of the template: too many registers, too much shared memory
                             continue
                         if not tile.fits(m, n, k):
@@ -70,6 +70,7 @@ class VariantSearch:
     n: int
     k: int
     dtype: str = "float16"
+    b_layout: str = "nk"
     patience: int = 6
     hope: float = 0.05
     measured: dict[GemmTile, float | None] = field(default_factory=dict)
@@ -79,7 +80,7 @@ class VariantSearch:
             raise ValueError(f"patience={self.patience!r}: at least 1 measurement")
         if not 0 <= self.hope < 1:
             raise ValueError(f"hope={self.hope!r}: a fraction in [0, 1)")
-        self.pool = variants(self.m, self.n, self.k, self.dtype)
+        self.pool = variants(self.m, self.n, self.k, self.dtype, self.b_layout)
         if not self.pool:
             raise ValueError(f"no Hopper GEMM variant fits {self.m}x{self.n}x{self.k} (multiples of 64 and 8 needed)")
 
@@ -126,5 +127,5 @@ class VariantSearch:
     def record(tile: GemmTile, seconds: float | None) -> dict:
         """A measurement as data that rebuilds the variant: GemmTile(**record["tile"])."""
         return {"tile": {name: getattr(tile, name) for name in
-                         ("bm", "bn", "stages", "consumers", "group_m", "producer", "dtype")},
+                         ("bm", "bn", "stages", "consumers", "group_m", "producer", "b_layout", "dtype")},
                 "seconds": seconds}
