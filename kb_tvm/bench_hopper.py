@@ -3,6 +3,7 @@ reference before it is timed, beside cuBLAS (through torch) on the same GPU.
 
     python -m kb_tvm.bench_hopper --shape 4096x4096x4096 --tile 128x128x4x1 --out hopper.json
     python -m kb_tvm.bench_hopper --shape 4096x4096x4096 --search 5m --out search.json
+    python -m kb_tvm.bench_hopper --workload gemm-4096-fp16 --search 1m --out search.json
 
 --tile is BMxBNxSTAGESxCONSUMERS[xGROUP_M[xPRODUCER]] (repeatable). A variant whose result
 differs from the reference is reported as wrong and never timed. `ms` is device time (CUPTI,
@@ -127,15 +128,41 @@ def search_shape(m, n, k, dtype, b_layout, out_dtype, budget, a, b, reference, e
             "best": None if best is None else {"tile": best[0].describe(), "ms": best[1] * 1e3}, "rows": rows}
 
 
+def problems(shapes, workload_names, dtype, b_layout, out_dtype) -> list:
+    """The GEMMs to run: each --shape with the dtype and layout options, and each --workload of
+    the suite as its TIR says (search/hopper_match.py), or a one-line error why it cannot be."""
+    from kb_tvm.search.hopper_match import GemmProblem, NotAHopperGemm, match_gemm
+    from kb_tvm.workloads import get_workload
+
+    out = []
+    for text in shapes:
+        m, n, k = _parse(text, 3, "MxNxK")
+        out.append(GemmProblem(m=m, n=n, k=k, dtype=dtype, out_dtype=out_dtype, b_layout=b_layout))
+    for name in workload_names:
+        try:
+            out.append(match_gemm(get_workload(name).module()))
+        except NotAHopperGemm as err:
+            raise click.BadParameter(f"{name}: {err}", param_hint="--workload") from None
+        except ValueError as err:  # an unknown name
+            raise click.BadParameter(str(err), param_hint="--workload") from None
+    return out
+
+
 @click.command()
-@click.option("--shape", "shapes", multiple=True, default=("4096x4096x4096",), help="MxNxK")
+@click.option("--shape", "shapes", multiple=True, help="MxNxK (with --dtype, --b-layout, --out-dtype)")
+@click.option("--workload", "workload_names", multiple=True,
+              help="A GEMM of the suite (e.g. gemm-4096-fp16): its shape, dtypes and layout; needs --search")
 @click.option("--tile", "tiles", multiple=True, default=("128x128x4x1",), help="BMxBNxSTAGESxCONSUMERS[xGROUP_M[xPRODUCER]]")
 @click.option("--dtype", default="float16", type=click.Choice(["float16", "bfloat16"]))
 @click.option("--out-dtype", default="float16", type=click.Choice(["float32", "float16", "bfloat16"]))
 @click.option("--b-layout", default="nk", type=click.Choice(["nk", "kn"]), help="B as [N, K] or [K, N]")
 @click.option("--search", "budget", default=None, help="Instead of --tile: kb's variant search within this budget, e.g. 5m")
 @click.option("--out", "out_path", type=click.Path(path_type=Path), required=True)
-def main(shapes, tiles, dtype, out_dtype, b_layout, budget, out_path):
+def main(shapes, workload_names, tiles, dtype, out_dtype, b_layout, budget, out_path):
+    if workload_names and budget is None:
+        raise click.UsageError("--workload needs --search BUDGET (its variants follow its dtype and layout)")
+    todo = problems(shapes or (() if workload_names else ("4096x4096x4096",)), workload_names, dtype,
+                    b_layout, out_dtype)
     import torch
 
     from kb_tvm.schedules.hopper_gemm import GemmTile
@@ -149,9 +176,11 @@ def main(shapes, tiles, dtype, out_dtype, b_layout, budget, out_path):
         if "producer" in given:
             given["producer"] = bool(given["producer"])
         variants.append(GemmTile(**given, b_layout=b_layout, dtype=dtype))
-    rows, torch_dtype = [], getattr(torch, dtype)
-    for text in shapes:
-        m, n, k = _parse(text, 3, "MxNxK")
+    rows = []
+    for problem in todo:
+        m, n, k, dtype, b_layout, out_dtype = (problem.m, problem.n, problem.k, problem.dtype, problem.b_layout,
+                                               problem.out_dtype)
+        torch_dtype = getattr(torch, dtype)
         gen = torch.Generator(device="cuda").manual_seed(0)
         a = torch.randn((m, k), device="cuda", dtype=torch_dtype, generator=gen)
         b = torch.randn((n, k) if b_layout == "nk" else (k, n), device="cuda", dtype=torch_dtype, generator=gen)
@@ -159,7 +188,8 @@ def main(shapes, tiles, dtype, out_dtype, b_layout, budget, out_path):
         reference = a.float() @ b_kn.float()
         cublas_call_s = time_call(lambda: torch.matmul(a, b_kn))
         cublas_s = kernel_seconds(lambda: torch.matmul(a, b_kn))
-        rows.append({"shape": [m, n, k], "cublas_ms": cublas_s * 1e3, "cublas_call_ms": cublas_call_s * 1e3,
+        rows.append({"shape": [m, n, k], "dtype": dtype, "b_layout": b_layout, "out_dtype": out_dtype,
+                     "cublas_ms": cublas_s * 1e3, "cublas_call_ms": cublas_call_s * 1e3,
                      "cublas_tflops": 2 * m * n * k / cublas_s / 1e12})
         click.echo(json.dumps(rows[-1]))
         if budget is not None:

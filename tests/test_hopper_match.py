@@ -1,0 +1,57 @@
+"""Which of the suite's workloads the Hopper GEMM template can compute, read off their TIR, and why
+the others keep MetaSchedule's kernels."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from kb_tvm.search.hopper_match import GemmProblem, NotAHopperGemm, match_gemm
+from workloads import get_workload
+
+
+def test_the_fp16_and_bf16_gemms_are_read_with_b_as_k_by_n_and_fp32_out():
+    assert match_gemm(get_workload("gemm-4096-fp16").module()) == GemmProblem(
+        m=4096, n=4096, k=4096, dtype="float16", out_dtype="float32", b_layout="kn")
+    assert match_gemm(get_workload("gemm-4096-bf16").module()).dtype == "bfloat16"
+
+
+def test_b_stored_as_n_by_k_is_read_as_such():
+    import tvm
+    from tvm import te
+
+    a = te.placeholder((256, 128), "float16", name="A")
+    b = te.placeholder((512, 128), "float16", name="B")  # a Linear layer's weight
+    r = te.reduce_axis((0, 128), name="k")
+    c = te.compute((256, 512), lambda i, j: te.sum(a[i, r].astype("float32") * b[j, r].astype("float32"), axis=r),
+                   name="C")
+    problem = match_gemm(tvm.IRModule({"main": te.create_prim_func([a, b, c])}))
+    assert (problem.m, problem.n, problem.k, problem.b_layout) == (256, 512, 128, "nk")
+
+
+@pytest.mark.parametrize(("workload", "why"), [
+    ("gemm-2048", "inputs float32 and float32: the template takes float16 or bfloat16"),
+    ("gemm-gelu-256", "a GEMM with 1 fused block(s) before or after it (the template has no fused epilogues yet)"),
+    ("batch_matmul-12x128x128x64-fp16", "batched matmuls are not in the template yet"),
+    ("softmax-128x768", "4 blocks, not one GEMM"),
+])
+def test_what_it_cannot_compute_is_refused_with_the_reason(workload, why):
+    with pytest.raises(NotAHopperGemm, match=re.escape(why)):
+        match_gemm(get_workload(workload).module())
+
+
+@pytest.mark.parametrize(("args", "why"), [
+    (["--workload", "gemm-4096-fp16"], "--workload needs --search BUDGET"),
+    (["--workload", "gemm-gelu-256", "--search", "1m"], "gemm-gelu-256: a GEMM with 1 fused block(s)"),
+    (["--workload", "no-such", "--search", "1m"], "unknown workload 'no-such'"),
+])
+def test_the_gpu_harness_refuses_a_workload_it_cannot_run_in_one_line_before_touching_a_gpu(args, why, tmp_path):
+    from click.testing import CliRunner
+
+    from kb_tvm.bench_hopper import main
+
+    result = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "out.json")])
+    assert result.exit_code == 2
+    assert why in result.output
+    assert not (tmp_path / "out.json").exists()
