@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import click
-import numpy as np
 
 
 def _parse(text: str, parts: int, what: str) -> list[int]:
@@ -32,20 +31,9 @@ def _parse(text: str, parts: int, what: str) -> list[int]:
 
 def time_call(fn, *, warmup: int = 10, repeat: int = 100) -> float:
     """Median seconds of one call, timed with CUDA events (torch): the kernel and its launch."""
-    import torch
+    from kb_tvm.workloads.torch_baselines import median_ms
 
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeat):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1e-3)
-    return float(np.median(samples))
+    return median_ms(fn, repeat, warmup) * 1e-3
 
 
 def kernel_seconds(fn, *, calls: int = 50) -> float:
@@ -186,8 +174,10 @@ def main(shapes, workload_names, tiles, dtype, out_dtype, b_layout, budget, out_
         b = torch.randn((n, k) if b_layout == "nk" else (k, n), device="cuda", dtype=torch_dtype, generator=gen)
         b_kn = b.T if b_layout == "nk" else b  # B as [K, N] for torch either way
         reference = a.float() @ b_kn.float()
-        cublas_call_s = time_call(lambda: torch.matmul(a, b_kn))
-        cublas_s = kernel_seconds(lambda: torch.matmul(a, b_kn))
+        def cublas(a=a, b_kn=b_kn):
+            return torch.matmul(a, b_kn)
+
+        cublas_call_s, cublas_s = time_call(cublas), kernel_seconds(cublas)
         rows.append({"shape": [m, n, k], "dtype": dtype, "b_layout": b_layout, "out_dtype": out_dtype,
                      "cublas_ms": cublas_s * 1e3, "cublas_call_ms": cublas_call_s * 1e3,
                      "cublas_tflops": 2 * m * n * k / cublas_s / 1e12})

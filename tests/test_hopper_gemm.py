@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from kb_tvm.schedules.hopper_gemm import GemmTile, compile_gemm, gemm
 
 # the variants a tuner would try on transformer shapes: 1 and 2 consumer warpgroups, narrow and

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from kb_tvm.search.hopper_variants import VariantSearch, family, predicted_seconds, variants
+from kb_tvm.search.hopper_variants import (
+    VariantSearch,
+    family,
+    predicted_seconds,
+    variants,
+)
 
 
 def _true_seconds(tile, m, n, k):

@@ -20,7 +20,8 @@ from pathlib import Path
 from .export_models import BERTS, RESNETS, MissingExtra, bert_config, bert_module, resnet_module
 
 
-def _median_ms(call, repeat: int, warmup: int = 20) -> float:
+def median_ms(call, repeat: int, warmup: int = 20) -> float:
+    """Median milliseconds of one call, its launch included, timed with CUDA events."""
     import torch
 
     with torch.no_grad():
@@ -58,10 +59,10 @@ def baselines(name: str, *, batch: int = 1, image: int = 224, seq: int = 128, se
     for label, (model, args) in _variants(name, batch, image, seq, seed).items():
         model = model.cuda()
         args = tuple(a.cuda() for a in args)
-        results["latency_ms"][f"eager fp32{label}"] = _median_ms(lambda: model(*args), repeat)
+        results["latency_ms"][f"eager fp32{label}"] = median_ms(lambda: model(*args), repeat)
         half = model.half()
         half_args = tuple(a.half() if a.is_floating_point() else a for a in args)
-        results["latency_ms"][f"eager fp16{label}"] = _median_ms(lambda: half(*half_args), repeat)
+        results["latency_ms"][f"eager fp16{label}"] = median_ms(lambda: half(*half_args), repeat)
         if compile_mode and (name in RESNETS or "sdpa" in label):  # users compile the default model
             started = time.perf_counter()
             compiled = torch.compile(half, mode=compile_mode)
@@ -69,7 +70,7 @@ def baselines(name: str, *, batch: int = 1, image: int = 224, seq: int = 128, se
                 compiled(*half_args)
             key = f"torch.compile {compile_mode} fp16{label}"
             results["seconds"][f"{key}: compile"] = round(time.perf_counter() - started, 1)
-            results["latency_ms"][key] = _median_ms(lambda: compiled(*half_args), repeat)
+            results["latency_ms"][key] = median_ms(lambda: compiled(*half_args), repeat)
         del model, half
         torch.cuda.empty_cache()
     return results

@@ -108,9 +108,9 @@ class VariantSearch:
             return None
         ranked = sorted(left, key=lambda t: (self.corrected(t), t.describe()))
         best = self.best
-        if best is not None and len(self.measured) >= self.patience:
-            if self.corrected(ranked[0]) > best[1] * (1 - self.hope):
-                return None  # nothing left is predicted to beat the best by `hope`
+        enough = best is not None and len(self.measured) >= self.patience
+        if enough and self.corrected(ranked[0]) > best[1] * (1 - self.hope):
+            return None  # nothing left is predicted to beat the best by `hope`
         return ranked[0]
 
     def tell(self, tile: GemmTile, seconds: float | None) -> None:
