@@ -18,6 +18,8 @@ from pathlib import Path
 
 import click
 
+from .measure.pipeline import OUR_BUGS
+
 
 def _parse(text: str, parts: int, what: str) -> list[int]:
     try:
@@ -67,6 +69,8 @@ def run_variant(m, n, k, tile, out_dtype, a, b, reference) -> dict:
     started = time.monotonic()
     try:
         mod = compile_gemm(m, n, k, tile, out_dtype)
+    except OUR_BUGS:
+        raise
     except Exception as err:  # noqa: BLE001 - a variant that fails to build is a result, reported
         row.update(built=False, error=f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:300]}")
         return row
@@ -76,6 +80,8 @@ def run_variant(m, n, k, tile, out_dtype, a, b, reference) -> dict:
     try:
         mod(*args)
         torch.cuda.synchronize()
+    except OUR_BUGS:
+        raise
     except Exception as err:  # noqa: BLE001 - a launch that fails is this variant's result
         row.update(correct=False, error=f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:300]}")
         return row

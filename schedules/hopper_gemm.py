@@ -10,7 +10,8 @@ performance engineer would tune on CUTLASS: the block tile BM x BN (BK is one 12
 row), the pipeline depth, the consumer warpgroups that split BM and the tile order (group_m block
 rows at a time, for L2). `GemmTile(...)` refuses a set that cannot build or run and says why.
 Not yet: setmaxnreg for the producer, clusters, persistent blocks, split-K, shapes off the tile,
-fused epilogues (bias, GELU); none of it is searched by KBSearch yet (kb_tvm.bench_hopper sweeps it).
+fused epilogues (bias, GELU). kb_tvm/search/hopper_variants.py searches the variants (run it with
+`python -m kb_tvm.bench_hopper --search`); KBSearch and `kb-tvm tune` do not use them yet.
 
 How a block runs: a producer warpgroup (one thread of it) loads K-tiles into a ring of `stages`
 shared-memory stages with TMA; a stage's `full` mbarrier completes when its bytes have landed. Each
@@ -35,7 +36,7 @@ INPUT_DTYPES = {"float16": "f16", "bfloat16": "bf16"}
 OUTPUT_DTYPES = ("float32", "float16", "bfloat16")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GemmTile:
     """One variant of the template. Keyword-only; every rule broken is named."""
 
@@ -102,7 +103,6 @@ class GemmTile:
             out.append(f"b_layout={self.b_layout!r}: 'nk' (B[N, K]) or 'kn' (B[K, N])")
         elif self.b_layout == "kn" and self.bn % 64:
             out.append(f"bn={self.bn} with b_layout='kn': B's tile is read in 64-column swizzle chunks")
-
         if not out:
             if self.accumulators > MAX_ACCUMULATORS:
                 out.append(f"{self.accumulators} fp32 accumulators a thread (at most {MAX_ACCUMULATORS}): "
@@ -174,7 +174,7 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32"):
         T.cuda.mbarrier_wait(full.ptr_to([stage]), (kt // stages) % 2)
         T.ptx.wgmma.fence.sync.aligned()
         for sub in T.unroll(subtiles):
-            for kk in T.unroll(bk // 16):
+            for kk in T.unroll(bk // WGMMA_K):
                 T.cuda.wgmma.encode_matrix_descriptor(
                     T.address_of(desc_a[0]), A_s.ptr_to([stage, wg * rows + sub * 64, kk * 16]), 1, 64, 3)
                 if b_kn:
