@@ -8,7 +8,7 @@ import re
 import pytest
 
 from kb_tvm.search.hopper_match import GemmProblem, NotAHopperGemm, match_gemm
-from workloads import get_workload
+from kb_tvm.workloads import get_workload
 
 
 def test_the_fp16_and_bf16_gemms_are_read_with_b_as_k_by_n_and_fp32_out():
