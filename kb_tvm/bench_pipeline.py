@@ -93,12 +93,12 @@ def retime(candidate, target, repeat: int = 10, number: int = 5) -> float:
     import tvm
 
     from .measure.targets import compile_kernel
+    from .measure.workers import activation_like
 
     library = compile_kernel(candidate.sch.mod, target)
     device = tvm.cuda(0) if target.kind.name == "cuda" else tvm.cpu(0)
-    rng = np.random.default_rng(0)
-    args = [tvm.runtime.tensor(rng.uniform(-1, 1, size=[int(d) for d in a.shape]).astype(str(a.dtype)), device)
-            for a in candidate.args_info]
+    args = [tvm.runtime.tensor(activation_like(a.shape, str(a.dtype), seed=index), device)
+            for index, a in enumerate(candidate.args_info)]
     timer = library.mod.time_evaluator("main", device, number=number, repeat=repeat, min_repeat_ms=0)
     return float(np.median(timer(*args).results))
 

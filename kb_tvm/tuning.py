@@ -243,7 +243,7 @@ def time_best(workload, target, database, repeat: int = 10, measurer=None) -> fl
 
     from .measure.remote import RemoteMeasurer
     from .measure.targets import compile_kernel
-    from .measure.workers import argument_signature
+    from .measure.workers import activation_like, argument_signature
 
     mod = workload.module()
     sch = ms.tir_integration.compile_tir(database, mod, target)
@@ -258,10 +258,8 @@ def time_best(workload, target, database, repeat: int = 10, measurer=None) -> fl
             outcome = measurer.submit(path, signature).result()
         return None if outcome.error is not None else outcome.value["median_s"] * 1e3
     dev = tvm.cuda(0) if target.kind.name == "cuda" else tvm.cpu(0)
-    rng = np.random.default_rng(0)
-    args = []
-    for info in ms.arg_info.ArgInfo.from_prim_func(sch.mod["main"]):
-        host = rng.uniform(-1, 1, size=[int(d) for d in info.shape]).astype(str(info.dtype))
-        args.append(tvm.runtime.tensor(host, dev))
+    # the numbers the tuning runner measured on, so that the re-time agrees with the tuning
+    args = [tvm.runtime.tensor(activation_like(info.shape, str(info.dtype), seed=index), dev)
+            for index, info in enumerate(ms.arg_info.ArgInfo.from_prim_func(sch.mod["main"]))]
     timer = lib.mod.time_evaluator("main", dev, number=5, repeat=repeat, min_repeat_ms=50)
     return float(np.median(timer(*args).results)) * 1e3

@@ -166,3 +166,38 @@ def test_a_build_far_slower_than_those_that_succeeded_is_cut_at_the_adapted_limi
         assert pool.limit_s == limit  # a failure does not raise the limit
     finally:
         pool.close()
+
+
+def _gathers():
+    """out[i] = table[index[i]]: an index outside the table reads far out of bounds."""
+    from tvm.script import tirx as T
+
+    @T.prim_func
+    def gathers(table: T.Buffer((64,), "float32"), index: T.Buffer((16,), "int64"), out: T.Buffer((16,), "float32")):
+        for i in range(16):
+            out[i] = table[index[i]] + T.float32(0)
+
+    return gathers
+
+
+def test_kernels_are_measured_on_activation_like_numbers_so_a_gather_runs_and_erf_is_not_saturated(pipeline,
+                                                                                                   llvm_target):
+    """TVM's measure fill draws integers anywhere (an index out of bounds) and floats from [1, 10)
+    (erf saturated); kb measures on floats in [-1, 1) and integer zeros, and re-times on the same."""
+    from collections import OrderedDict
+
+    import numpy as np
+    import tvm
+
+    from kb_tvm.measure.workers import activation_like, arguments
+
+    builder, runner = pipeline
+    [result] = build_and_run(builder, runner, [_gathers()], llvm_target)
+    assert result.error_msg is None and float(result.run_secs[0]) > 0
+
+    signature = (("TENSOR", "float32", (1000,)), ("TENSOR", "int64", (16,)), ("TENSOR", "bfloat16", (8,)))
+    floats, ints, halves = (a.numpy() for a in arguments(tvm.cpu(0), signature, OrderedDict()))
+    assert -1 <= floats.min() < -0.9 and 0.9 < floats.max() < 1
+    assert not ints.any()
+    assert np.abs(halves.astype("float32")).max() <= 1
+    np.testing.assert_array_equal(floats, activation_like((1000,), "float32", seed=0))  # what time_best uses

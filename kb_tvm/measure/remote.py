@@ -212,7 +212,6 @@ class RemoteMeasurer:
 
     # ------------------------------------------------------------ one server
     def _serve(self, name: str, session, device) -> None:
-        fill = session.get_function("tvm.contrib.random.random_fill_for_measure")
         cache: OrderedDict = OrderedDict()
         while True:
             job = self._queue.get()
@@ -222,7 +221,7 @@ class RemoteMeasurer:
             with self._current_lock:
                 self._current[name] = (job, time.monotonic())
             try:
-                outcome = self._measure(name, session, device, fill, cache, job)
+                outcome = self._measure(name, session, device, cache, job)
             except OUR_BUGS as bug:  # kb's own: surfaces in the tune, never a failed candidate
                 with self._current_lock:
                     self._current.pop(name, None)
@@ -243,12 +242,12 @@ class RemoteMeasurer:
                 outcome = Outcome(error=f"run on {name}: {type(outcome).__name__}: {str(outcome).strip()[-2000:]}")
             job.future.set_result(outcome)
 
-    def _measure(self, name: str, session, device, fill, cache, job: _Job) -> Outcome:
+    def _measure(self, name: str, session, device, cache, job: _Job) -> Outcome:
         started = time.perf_counter()
         remote_name = f"kb-{uuid.uuid4().hex}.so"
         session.upload(job.artifact, remote_name)
         module = session.load_module(remote_name)
-        args = workers.arguments(device, job.signature, cache, fill=fill)
+        args = workers.arguments(device, job.signature, cache)
         loaded = time.perf_counter()
         report = workers.time_loaded(module, device, args, self.policy, self.best_s.get(job.signature),
                                      cpu=self.device_type == "cpu")
