@@ -106,6 +106,7 @@ def summarize(rows: list[dict]) -> dict:
 @click.command()
 @click.option("--datasets", "folders", multiple=True, type=click.Path(file_okay=False), help="Folders of datasets.")
 @click.option("--all", "every", is_flag=True, help="Every dataset, not only the held-out ones.")
+@click.option("--training", is_flag=True, help="Only the datasets the agent trains on (not held out).")
 @click.option("--policies", default=",".join(POLICY_NAMES), show_default=True)
 @click.option("--agent", "agent_path", type=click.Path(dir_okay=False, exists=True), default=None)
 @click.option("--budget", default="240s", show_default=True)
@@ -114,10 +115,12 @@ def summarize(rows: list[dict]) -> dict:
 @click.option("--real", "real_runs", multiple=True, type=click.Path(dir_okay=False, exists=True),
               help="A kb_tvm.bench result whose runs are set beside their replays (repeatable).")
 @click.option("--out", type=click.Path(dir_okay=False), required=True)
-def main(folders, every, policies, agent_path, budget, seeds, jobs, real_runs, out) -> None:
+def main(folders, every, training, policies, agent_path, budget, seeds, jobs, real_runs, out) -> None:
     from .replay import catalog
 
-    entries = [e for e in catalog.entries(folders) if every or e.held_out]
+    if every and training:
+        raise click.UsageError("--all and --training: choose one")
+    entries = [e for e in catalog.entries(folders) if every or (not e.held_out if training else e.held_out)]
     jobs_list = [(str(e.path), p, s, parse_budget(budget), agent_path)
                  for e in entries for p in policies.split(",") for s in range(seeds)]
     rows = []
@@ -127,7 +130,8 @@ def main(folders, every, policies, agent_path, budget, seeds, jobs, real_runs, o
             click.echo(f"{row['dataset']:60s} {row['policy']:12s} seed {row['seed']} auc {row['auc']:.4f} "
                        f"({row['replay_wall_s']:.1f}s)")
     report = {"command": "python -m kb_tvm.bench_replay " + " ".join(
-        [*(f"--datasets {f}" for f in folders), *(["--all"] if every else []), f"--policies {policies}",
+        [*(f"--datasets {f}" for f in folders), *(["--all"] if every else []), *(["--training"] if training else []),
+         f"--policies {policies}",
          *([f"--agent {agent_path}"] if agent_path else []), f"--budget {budget}", f"--seeds {seeds}",
          *(f"--real {r}" for r in real_runs)]),
         "runs": rows, **summarize(rows),

@@ -52,6 +52,23 @@ def test_a_saved_agent_decides_as_the_trained_one(trained, tmp_path):
         MacroPolicy.load(tmp_path / "bad.json")
 
 
+def test_a_wider_margin_hands_more_decisions_to_the_rules_and_is_kept_when_saved(trained, tmp_path):
+    policy = trained[0]
+    rng = np.random.default_rng(0)
+    states = policy.low + rng.uniform(0, 1, size=(200, len(FEATURES))) * (policy.high - policy.low)
+
+    def chosen(margin):
+        wide = MacroPolicy(models=policy.models, low=policy.low, high=policy.high, margin=margin)
+        return sum(wide.choose(s)[0] is not None for s in states), wide
+
+    bold, _ = chosen(0.0)
+    careful, wide = chosen(50.0)
+    assert careful < bold  # an action the ensemble barely prefers goes back to the rules
+    assert MacroPolicy.load(wide.save(tmp_path / "wide.json")).margin == 50.0
+    with pytest.raises(ValueError, match="margin=-1"):
+        MacroPolicy(models=policy.models, low=policy.low, high=policy.high, margin=-1)
+
+
 @pytest.mark.tuning
 def test_the_shipped_agent_steers_a_real_tune(tmp_path):
     """llvm, real builds and runs: every fine-phase batch of `tune-op --strategy agent` was

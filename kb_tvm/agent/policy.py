@@ -4,7 +4,7 @@ For each macro-action it holds a small bootstrap ensemble of XGBoost regressors 
 value: the gain in log-latency still to come, less the budget it spends (train.py's reward).
 Before each fine-phase batch it takes the action of highest value, "stop" when none is worth
 anything, and leaves the batch to the rules (returns None) when it is unsure (the best two
-values closer than the ensemble's spread) or when the state lies outside what it was trained on.
+values closer than `margin` times the ensemble's spread) or when the state lies outside what it was trained on.
 Every choice goes to the decision log as a "macro" event with the values and the reason.
 
 Saved as JSON (xgboost's own JSON inside): data, never code.
@@ -27,10 +27,13 @@ SHIPPED = Path(__file__).resolve().parent.parent / "models" / "agent.json"
 
 class MacroPolicy:
     def __init__(self, *, models: dict[str, list], low: np.ndarray, high: np.ndarray, source: str = "",
-                 trained_on: list[str] | None = None) -> None:
+                 trained_on: list[str] | None = None, margin: float = 1.0) -> None:
         missing = [a for a in VALUED if not models.get(a)]
         if missing:
             raise ValueError(f"models: no value model for {', '.join(missing)} (need each of {', '.join(VALUED)})")
+        if not (isinstance(margin, (int, float)) and margin >= 0):
+            raise ValueError(f"margin={margin!r}: a number >= 0 (how many spreads the best value must lead by)")
+        self.margin = float(margin)
         self.models = models
         self.low, self.high = np.asarray(low, dtype=float), np.asarray(high, dtype=float)
         self.source = source
@@ -66,8 +69,9 @@ class MacroPolicy:
         info = {"values": {a: round(v, 6) for a, (v, _) in values.items()}, "spread": round(spread, 6)}
         if value + spread < 0:
             return "stop", {**info, "source": "policy", "why": f"no action is worth its seconds (best: {best})"}
-        if value < 0 or value - second < spread:
-            return None, {**info, "source": "fallback", "why": "unsure: the best values are within the spread"}
+        if value < 0 or value - second < self.margin * spread:
+            return None, {**info, "source": "fallback",
+                          "why": f"unsure: the best values are within {self.margin:g} spread(s)"}
         return best, {**info, "source": "policy", "why": f"{best} has the highest value"}
 
     def __call__(self, task) -> str | None:
@@ -83,6 +87,7 @@ class MacroPolicy:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({
             "schema": SCHEMA, "features": list(FEATURES), "source": self.source, "trained_on": self.trained_on,
+            "margin": self.margin,
             "low": self.low.tolist(), "high": self.high.tolist(),
             "models": {a: [m.save_raw(raw_format="json").decode() for m in ms] for a, ms in self.models.items()}}))
         return path
@@ -106,4 +111,5 @@ class MacroPolicy:
                 booster.load_model(bytearray(raw.encode()))
                 models[action].append(booster)
         return cls(models=models, low=np.array(data["low"]), high=np.array(data["high"]),
-                   source=data.get("source", str(path)), trained_on=data.get("trained_on"))
+                   source=data.get("source", str(path)), trained_on=data.get("trained_on"),
+                   margin=data.get("margin", 1.0))
