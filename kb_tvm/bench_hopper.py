@@ -163,14 +163,18 @@ def main(shapes, workload_names, tiles, dtype, out_dtype, b_layout, budget, out_
 
     variants = []
     for text in tiles:
-        values = _parse(text, len(text.split("x")), "BMxBNxSTAGESxCONSUMERS[xGROUP_M[xPRODUCER]]")
-        if len(values) not in (4, 5, 6):
-            raise click.BadParameter(f"{text!r}: BMxBNxSTAGESxCONSUMERS[xGROUP_M[xPRODUCER]]")
+        parts = len(text.split("x"))
+        values = _parse(text, parts if parts in (4, 5, 6) else 4, "BMxBNxSTAGESxCONSUMERS[xGROUP_M[xPRODUCER]]")
         given = dict(zip(("bm", "bn", "stages", "consumers", "group_m", "producer"), values))
         if "producer" in given:
             given["producer"] = bool(given["producer"])
         variants.append(GemmTile(**given, b_layout=b_layout, dtype=dtype))
     rows = []
+
+    def save(dtype):  # after every row: a run cut short keeps what it measured
+        out_path.write_text(json.dumps({"device": torch.cuda.get_device_name(), "dtype": dtype, "rows": rows},
+                                       indent=1))
+
     for problem in todo:
         m, n, k, dtype, b_layout, out_dtype = (problem.m, problem.n, problem.k, problem.dtype, problem.b_layout,
                                                problem.out_dtype)
@@ -190,17 +194,15 @@ def main(shapes, workload_names, tiles, dtype, out_dtype, b_layout, budget, out_
         click.echo(json.dumps(rows[-1]))
         if budget is not None:
             rows.append(search_shape(m, n, k, dtype, b_layout, out_dtype, budget, a, b, reference, click.echo))
-            out_path.write_text(json.dumps({"device": torch.cuda.get_device_name(), "dtype": dtype,
-                                            "rows": rows}, indent=1))
+            save(dtype)
             continue
         for tile in variants:
             if tile.fits(m, n, k):
                 continue
             rows.append(run_variant(m, n, k, tile, out_dtype, a, b, reference))
             click.echo(json.dumps(rows[-1]))
-            out_path.write_text(json.dumps({"device": torch.cuda.get_device_name(), "dtype": dtype,
-                                            "rows": rows}, indent=1))
-    out_path.write_text(json.dumps({"device": torch.cuda.get_device_name(), "dtype": dtype, "rows": rows}, indent=1))
+            save(dtype)
+    save(dtype)
 
 
 if __name__ == "__main__":

@@ -71,8 +71,13 @@ class GemmTile:
         return self.bm // self.consumers
 
     @property
+    def stage_bytes(self) -> int:
+        """One stage's A and B tiles, what its `full` mbarrier waits for."""
+        return (self.bm + self.bn) * self.bk * 2
+
+    @property
     def shared_bytes(self) -> int:
-        return self.stages * (self.bm + self.bn) * self.bk * 2 + 16 * self.stages  # tiles, two mbarriers
+        return self.stages * (self.stage_bytes + 16)  # tiles and two mbarriers a stage
 
     @property
     def accumulators(self) -> int:
@@ -141,11 +146,11 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32"):
     b_tile = (bk, bn) if b_kn else (bn, bk)
     b_layout = mma_shared_layout(dtype, swizzle, b_tile).tile_to((stages, *b_tile), (1, *b_tile))
     # wgmma descriptors, in 16-byte units: K-major tiles step 1024 bytes per 8 rows (the leading
-    # offset unused); B [K, N] steps B_LBO between 64-column chunks (bk rows of 128 bytes each)
+    # offset unused); B [K, N] steps b_lbo between 64-column chunks (bk rows of 128 bytes each)
     # and 1024 bytes per 8 rows of K
     b_lbo, b_sbo = (bk * SWIZZLE_BYTES // 16, 64) if b_kn else (1, 64)
     trans_b = 1 if b_kn else 0
-    stage_bytes = (bm + bn) * bk * 2
+    stage_bytes = tile.stage_bytes
     prefetch = min(stages - 1, k_tiles)
     producer = tile.producer
     consumer_threads = WARPGROUP_THREADS * tile.consumers

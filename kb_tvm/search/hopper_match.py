@@ -48,8 +48,8 @@ def match_gemm(mod) -> GemmProblem:
                                  "(the template has no fused epilogues yet)")
         raise NotAHopperGemm(f"{len(blocks)} blocks, not one GEMM")
     block = blocks[0]
-    kinds = [int(iv.iter_type) for iv in block.iter_vars]
-    if sorted(kinds) != [SPATIAL, SPATIAL, REDUCE]:
+    kinds = kinds_of(block)
+    if kinds != [SPATIAL, SPATIAL, REDUCE]:
         spatial = kinds.count(SPATIAL)
         raise NotAHopperGemm(f"{spatial} spatial and {kinds.count(REDUCE)} reduction axes (a GEMM has 2 and 1"
                              + ("; batched matmuls are not in the template yet)" if spatial == 3 else ")"))

@@ -13,6 +13,7 @@ measured. A variant that failed (built wrong, computed wrong) is never the best.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -31,18 +32,15 @@ STAGE_CHOICES = (3, 4, 5)
 def variants(m: int, n: int, k: int, dtype: str = "float16", b_layout: str = "nk") -> list[GemmTile]:
     """Every variant the template admits for an (m, n, k) GEMM (tile order fixed at group_m=8)."""
     out = []
-    for bm in BM_CHOICES:
-        for bn in BN_CHOICES:
-            for stages in STAGE_CHOICES:
-                for consumers in (1, 2):
-                    for producer in (True, False):
-                        try:
-                            tile = GemmTile(bm=bm, bn=bn, stages=stages, consumers=consumers,
-                                            producer=producer, b_layout=b_layout, dtype=dtype)
-                        except ValueError:  # a rule of the template: too many registers, too much shared memory
-                            continue
-                        if not tile.fits(m, n, k):
-                            out.append(tile)
+    for bm, bn, stages, consumers, producer in itertools.product(BM_CHOICES, BN_CHOICES, STAGE_CHOICES, (1, 2),
+                                                                 (True, False)):
+        try:
+            tile = GemmTile(bm=bm, bn=bn, stages=stages, consumers=consumers, producer=producer,
+                            b_layout=b_layout, dtype=dtype)
+        except ValueError:  # a rule of the template: too many registers, too much shared memory
+            continue
+        if not tile.fits(m, n, k):
+            out.append(tile)
     return out
 
 
