@@ -155,12 +155,16 @@ def problems(shapes, workload_names, dtype, b_layout, out_dtype) -> list:
 def main(shapes, workload_names, tiles, dtype, out_dtype, b_layout, budget, out_path):
     if workload_names and budget is None:
         raise click.UsageError("--workload needs --search BUDGET (its variants follow its dtype and layout)")
-    todo = problems(shapes or (() if workload_names else ("4096x4096x4096",)), workload_names, dtype,
-                    b_layout, out_dtype)
-    import torch
-
+    from kb_tvm.budget import parse_budget
     from kb_tvm.schedules.hopper_gemm import GemmTile
 
+    todo = problems(shapes or (() if workload_names else ("4096x4096x4096",)), workload_names, dtype,
+                    b_layout, out_dtype)
+    if budget is not None:
+        try:
+            parse_budget(budget)
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint="--search") from None
     variants = []
     for text in tiles:
         parts = len(text.split("x"))
@@ -168,7 +172,14 @@ def main(shapes, workload_names, tiles, dtype, out_dtype, b_layout, budget, out_
         given = dict(zip(("bm", "bn", "stages", "consumers", "group_m", "producer"), values))
         if "producer" in given:
             given["producer"] = bool(given["producer"])
-        variants.append(GemmTile(**given, b_layout=b_layout, dtype=dtype))
+        try:
+            variants.append(GemmTile(**given, b_layout=b_layout, dtype=dtype))
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint="--tile") from None
+    try:
+        import torch
+    except ImportError:
+        raise click.ClickException("bench_hopper needs torch (its reference and cuBLAS) and an sm_90 GPU") from None
     rows = []
 
     def save(dtype):  # after every row: a run cut short keeps what it measured

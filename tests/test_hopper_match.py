@@ -45,6 +45,9 @@ def test_what_it_cannot_compute_is_refused_with_the_reason(workload, why):
     (["--workload", "gemm-4096-fp16"], "--workload needs --search BUDGET"),
     (["--workload", "gemm-gelu-256", "--search", "1m"], "gemm-gelu-256: a GEMM with 1 fused block(s)"),
     (["--workload", "no-such", "--search", "1m"], "unknown workload 'no-such'"),
+    (["--shape", "256x256x256", "--search", "soon"], "budget 'soon' is not a duration"),
+    (["--shape", "256x256x256", "--tile", "128x12x4x1"], "bn=12: wgmma's N is a multiple of 8 up to 256"),
+    (["--shape", "256x256x256", "--tile", "128x128"], "'128x128': BMxBNxSTAGESxCONSUMERS"),
 ])
 def test_the_gpu_harness_refuses_a_workload_it_cannot_run_in_one_line_before_touching_a_gpu(args, why, tmp_path):
     from click.testing import CliRunner
