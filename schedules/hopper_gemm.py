@@ -9,9 +9,12 @@ and dlight keep `sm_90`: dlight reads "sm_90a" as no tensor cores). The paramete
 performance engineer would tune on CUTLASS: the block tile BM x BN (BK is one 128-byte swizzle
 row), the pipeline depth, the consumer warpgroups that split BM and the tile order (group_m block
 rows at a time, for L2). `GemmTile(...)` refuses a set that cannot build or run and says why.
-Not yet: setmaxnreg for the producer, clusters, persistent blocks, split-K, shapes off the tile,
-fused epilogues (bias, GELU). kb_tvm/search/hopper_variants.py searches the variants (run it with
-`python -m kb_tvm.bench_hopper --search`); KBSearch and `kb-tvm tune` do not use them yet.
+The epilogue is a parameter: what is stored from each fp32 accumulator (a cast by default; a
+task's bias, residual and GELU when kb_tvm/search/hopper_match.py reads them off its TIR). Not yet:
+setmaxnreg for the producer, clusters, persistent blocks, split-K, shapes off the tile, batched
+matmuls. kb_tvm/search/hopper_variants.py searches the variants (`python -m kb_tvm.bench_hopper
+--search`); `kb-tvm tune --precision fp16|bf16` on an sm_90 GPU uses them for the model's matmul
+tasks (kb_tvm/model_tuning/hopper_stage.py); KBSearch's regions (`tune-op`) do not yet.
 
 How a block runs: a producer warpgroup (one thread of it) loads K-tiles into a ring of `stages`
 shared-memory stages with TMA; a stage's `full` mbarrier completes when its bytes have landed. Each
@@ -19,7 +22,7 @@ consumer warpgroup waits for the stage it needs, issues its wgmmas (BK / 16 per 
 descriptors into the 128-byte-swizzled tiles), waits for them and arrives on the stage's `empty`
 mbarrier, which the producer waits on before it loads that stage again. Without a producer
 (`producer=False`) thread 0 loads `stages - 1` tiles ahead and the block syncs after every K-tile.
-The epilogue stores the accumulator fragments straight to global memory.
+The epilogue stores the accumulator fragments straight to global memory, each through `epilogue`.
 """
 
 from __future__ import annotations
@@ -122,8 +125,11 @@ class GemmTile:
                 (("M", m, self.bm), ("N", n, self.bn), ("K", k, self.bk)) if size % tile]
 
 
-def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32"):
-    """The PrimFunc main(A[m, k], B[n, k] or B[k, n], C[m, n]) for one variant."""
+def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, epilogue=None):
+    """The PrimFunc main(A[m, k], B[n, k] or B[k, n], C[m, n]) for one variant. epilogue(acc, row,
+    col): the value stored at C[row, col] from its fp32 accumulator (default: acc cast to
+    out_dtype); it may read buffers that are not parameters of main, which the caller then adds
+    (kb_tvm/search/hopper_match.py's FusedGemm.kernel does, for a task's bias or residual)."""
     from tvm.backend.cuda.tile_primitive.tma_utils import SwizzleMode, mma_shared_layout
     from tvm.script import tirx as T
     from tvm.tirx.script import tile as Tx
@@ -154,6 +160,10 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32"):
     prefetch = min(stages - 1, k_tiles)
     producer = tile.producer
     consumer_threads = WARPGROUP_THREADS * tile.consumers
+
+    if epilogue is None:
+        def epilogue(acc, row, col):
+            return T.Cast(out_dtype, acc)
 
     def accumulators(acc, sub):
         return [acc[sub * half + i] for i in range(half)]
@@ -204,12 +214,12 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32"):
             for i in T.unroll(half // 4):
                 row: T.let = block_m * bm + wg * rows + sub * 64 + warp * 16 + lane % 32 // 4
                 col: T.let = block_n * bn + i * 8 + lane % 4 * 2
-                C[row, col] = T.Cast(out_dtype, acc[sub * half + i * 4])
-                C[row, col + 1] = T.Cast(out_dtype, acc[sub * half + i * 4 + 1])
-                C[row + 8, col] = T.Cast(out_dtype, acc[sub * half + i * 4 + 2])
-                C[row + 8, col + 1] = T.Cast(out_dtype, acc[sub * half + i * 4 + 3])
+                C[row, col] = epilogue(acc[sub * half + i * 4], row, col)
+                C[row, col + 1] = epilogue(acc[sub * half + i * 4 + 1], row, col + 1)
+                C[row + 8, col] = epilogue(acc[sub * half + i * 4 + 2], row + 8, col)
+                C[row + 8, col + 1] = epilogue(acc[sub * half + i * 4 + 3], row + 8, col + 1)
 
-    @T.prim_func
+    @T.prim_func(check_well_formed=False)  # an epilogue's buffers are main's parameters once the caller adds them
     def main(a_ptr: T.handle, b_ptr: T.handle, c_ptr: T.handle) -> None:
         A = T.match_buffer(a_ptr, (m, k), dtype)
         B = T.match_buffer(b_ptr, (k, n) if b_kn else (n, k), dtype)

@@ -8,6 +8,8 @@ import re
 import pytest
 from kb_tvm.schedules.hopper_gemm import GemmTile, compile_gemm, gemm
 
+from hopper_helpers import bert_fp16_tasks
+
 # the variants a tuner would try on transformer shapes: 1 and 2 consumer warpgroups, narrow and
 # wide N, shallow and deep pipelines
 ADMITTED = [
@@ -74,3 +76,36 @@ def test_shapes_off_the_tile_are_refused_with_the_dimension():
     assert tile.fits(256, 256, 128) == []
     with pytest.raises(ValueError, match=re.escape("M=200 is not a multiple of 128; K=100 is not a multiple of 64")):
         gemm(200, 256, 100, tile)
+
+
+def test_a_fused_tasks_kernel_computes_its_epilogue_and_takes_its_parameters_in_order():
+    """BERT's FFN-up task (bias, erf's GELU with scalar constants) as the template's kernel: the
+    task's seven parameters in its order, A, B and C as 2-D; the GELU's erf in the device code."""
+    import tvm
+
+    from kb_tvm.schedules.hopper_gemm import sm90a_target
+    from kb_tvm.search.hopper_match import match_fused_gemm
+
+    _, tasks, _ = bert_fp16_tasks()
+    fused = match_fused_gemm(tasks["fused_matmul3_cast6_add4_divide_erf_add5_multiply2_multiply3"].dispatched[0])
+    kernel = fused.kernel(GemmTile(bm=64, bn=64, stages=3, b_layout="kn"), "kb_ffn_up")
+    assert fused.kernel_shapes() == [(128, 64), (64, 256), (256,), (1,), (1,), (1,), (128, 256)]
+    assert [tuple(int(d) for d in p.ty.shape) for p in kernel.params] == fused.kernel_shapes()
+    with sm90a_target() as target:
+        source = tvm.compile(tvm.IRModule({"kb_ffn_up": kernel}), target=target,
+                             tir_pipeline="tirx").mod.imports[0].inspect_source()
+    assert "erff(" in source
+    assert "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16" in source
+    # the epilogue's inputs reach the kernel as pointers, A and B as TMA descriptors
+    assert re.search(r"kb_ffn_up_kernel\(const __grid_constant__ CUtensorMap A_tensormap, "
+                     r"const __grid_constant__ CUtensorMap B_tensormap, half\* __restrict__ C_ptr, "
+                     r"half\* __restrict__ param_1_ptr", source)
+
+
+def test_a_tile_for_another_layout_or_dtype_is_refused_for_the_task():
+    from kb_tvm.search.hopper_match import match_fused_gemm
+
+    _, tasks, _ = bert_fp16_tasks()
+    fused = match_fused_gemm(tasks["fused_matmul_cast1_add2"].dispatched[0])
+    with pytest.raises(ValueError, match=re.escape("this task's B is kn float16")):
+        fused.kernel(GemmTile(bm=64, bn=64, stages=3, b_layout="nk"), "kb_x")

@@ -1,5 +1,5 @@
-"""Which of the suite's workloads the Hopper GEMM template can compute, read off their TIR, and why
-the others keep MetaSchedule's kernels."""
+"""Which tasks the Hopper GEMM template can compute, read off their TIR (the suite's workloads and a
+real BERT's fp16 matmul tasks, epilogues included), and why the others keep MetaSchedule's kernels."""
 
 from __future__ import annotations
 
@@ -7,8 +7,11 @@ import re
 
 import pytest
 
-from kb_tvm.search.hopper_match import GemmProblem, NotAHopperGemm, match_gemm
+from kb_tvm.search.hopper_match import GemmProblem, NotAHopperGemm, match_fused_gemm, match_gemm
 from kb_tvm.workloads import get_workload
+
+from hopper_helpers import bert_fp16_tasks
+
 
 
 def test_the_fp16_and_bf16_gemms_are_read_with_b_as_k_by_n_and_fp32_out():
@@ -32,9 +35,9 @@ def test_b_stored_as_n_by_k_is_read_as_such():
 
 @pytest.mark.parametrize(("workload", "why"), [
     ("gemm-2048", "inputs float32 and float32: the template takes float16 or bfloat16"),
-    ("gemm-gelu-256", "a GEMM with 1 fused block(s) before or after it (the template has no fused epilogues yet)"),
-    ("batch_matmul-12x128x128x64-fp16", "batched matmuls are not in the template yet"),
-    ("softmax-128x768", "4 blocks, not one GEMM"),
+    ("gemm-gelu-256", "inputs float32 and float32: the template takes float16 or bfloat16"),
+    ("batch_matmul-12x128x128x64-fp16", "batched (12): batched matmuls are not in the template yet"),
+    ("softmax-128x768", "2 reduction blocks of 4, not one GEMM"),
 ])
 def test_what_it_cannot_compute_is_refused_with_the_reason(workload, why):
     with pytest.raises(NotAHopperGemm, match=re.escape(why)):
@@ -43,7 +46,7 @@ def test_what_it_cannot_compute_is_refused_with_the_reason(workload, why):
 
 @pytest.mark.parametrize(("args", "why"), [
     (["--workload", "gemm-4096-fp16"], "--workload needs --search BUDGET"),
-    (["--workload", "gemm-gelu-256", "--search", "1m"], "gemm-gelu-256: a GEMM with 1 fused block(s)"),
+    (["--workload", "gemm-gelu-256", "--search", "1m"], "gemm-gelu-256: inputs float32 and float32"),
     (["--workload", "no-such", "--search", "1m"], "unknown workload 'no-such'"),
     (["--shape", "256x256x256", "--search", "soon"], "budget 'soon' is not a duration"),
     (["--shape", "256x256x256", "--tile", "128x12x4x1"], "bn=12: wgmma's N is a multiple of 8 up to 256"),
@@ -58,3 +61,48 @@ def test_the_gpu_harness_refuses_a_workload_it_cannot_run_in_one_line_before_tou
     assert result.exit_code == 2
     assert why in result.output
     assert not (tmp_path / "out.json").exists()
+
+
+def test_a_bert_layers_linear_tasks_are_read_with_their_fused_epilogues():
+    _, tasks, _ = bert_fp16_tasks()
+    read = {}
+    for name, task in tasks.items():
+        try:
+            fused = match_fused_gemm(task.dispatched[0])
+        except NotAHopperGemm:
+            continue
+        read[name] = (fused.problem, [b.name for b in fused.extras], len(fused.epilogue))
+    assert read == {
+        # Q, K, V and FFN down: bias, then (out projection, FFN down) the fp32 residual
+        "fused_matmul_cast1_add2": (GemmProblem(m=128, n=64, k=64, dtype="float16", out_dtype="float16",
+                                                b_layout="kn"), ["param_1"], 2),
+        "fused_matmul_cast1_add2_cast5_add1": (GemmProblem(m=128, n=64, k=64, dtype="float16",
+                                                           out_dtype="float32", b_layout="kn"),
+                                               ["param_1", "lv29"], 4),
+        "fused_matmul4_cast1_add2_cast5_add1": (GemmProblem(m=128, n=64, k=256, dtype="float16",
+                                                            out_dtype="float32", b_layout="kn"),
+                                                ["param_1", "lv53"], 4),
+        # FFN up: bias and erf's GELU, whose constants are scalar parameters
+        "fused_matmul3_cast6_add4_divide_erf_add5_multiply2_multiply3": (
+            GemmProblem(m=128, n=256, k=64, dtype="float16", out_dtype="float16", b_layout="kn"),
+            ["param_1", "param_2", "param_3", "param_4"], 9),
+    }
+    with pytest.raises(NotAHopperGemm, match=re.escape("batched (1x2): batched matmuls are not in the template")):
+        match_fused_gemm(tasks["fused_matmul2_cast4"].dispatched[0])  # attention's per-head matmuls
+
+
+def test_an_epilogue_that_is_not_elementwise_is_refused_with_the_reason():
+    import tvm
+    from tvm import te
+
+    a = te.placeholder((128, 64), "float16", name="A")
+    b = te.placeholder((64, 128), "float16", name="B")
+    r = te.reduce_axis((0, 64), name="k")
+    c = te.compute((128, 128), lambda i, j: te.sum(a[i, r].astype("float32") * b[r, j].astype("float32"), axis=r),
+                   name="C")
+    t = te.compute((128, 128), lambda i, j: c[j, i], name="T")  # a transpose after the GEMM
+    with pytest.raises(NotAHopperGemm, match=re.escape("not at the element it computes")):
+        match_fused_gemm(tvm.IRModule({"main": te.create_prim_func([a, b, t])}))
+    s = te.compute((128,), lambda i: c[i, 0], name="S")  # a different shape after it
+    with pytest.raises(NotAHopperGemm, match=re.escape("is not elementwise over its [128, 128] output")):
+        match_fused_gemm(tvm.IRModule({"main": te.create_prim_func([a, b, s])}))

@@ -1,7 +1,9 @@
 """Which tuning tasks the Hopper GEMM template (schedules/hopper_gemm.py) can compute, read off the
-task's TIR: one reduction block C[i, j] += A[i, k] * B[k, j] (or B[j, k]) over fp16 or bf16
-inputs, nothing fused before or after it. A task it cannot compute is refused with the reason,
-so that a user (and, next, the search) sees why a matmul keeps MetaSchedule's kernels.
+task's TIR: one reduction block C[.., i, j] += A[.., i, k] * B[k, j] (or B[j, k]) over fp16 or bf16
+inputs with fp32 accumulation, then any chain of elementwise blocks over C's shape (casts, bias,
+residual, GELU: what Relax fuses after a Linear layer), which becomes the kernel's epilogue. Leading
+axes of extent 1 (a batch of one) are allowed. A task it cannot compute is refused with the reason,
+so that a user (and the search) sees why a matmul keeps MetaSchedule's kernels.
 """
 
 from __future__ import annotations
@@ -23,54 +25,292 @@ class GemmProblem:
     n: int
     k: int
     dtype: str  # of A and B
-    out_dtype: str
+    out_dtype: str  # of what the task stores
     b_layout: str  # "kn": B[K, N]; "nk": B[N, K]
+
+
+@dataclass(frozen=True, eq=False)
+class FusedGemm:
+    """A task the template computes: its GEMM, and the elementwise blocks the task runs on each
+    accumulator before it stores (none for a plain GEMM). `value` gives the kernel's epilogue."""
+
+    problem: GemmProblem
+    func: object  # the task's PrimFunc
+    a: object  # its buffers: the GEMM's inputs and the task's output
+    b: object
+    c: object
+    gemm_out: object  # the GEMM block's output buffer (C itself when nothing is fused)
+    epilogue: tuple  # (block, ...) after the GEMM, in order
+
+    @property
+    def params(self) -> list:
+        """The task's buffers in its parameter order (what the kernel takes, A, B and C as 2-D)."""
+        return list(self.func.params)
+
+    @property
+    def extras(self) -> list:
+        return [buf for buf in self.params if not any(buf.same_as(x) for x in (self.a, self.b, self.c))]
+
+    def value(self, acc, row, col, inputs: list | None = None):
+        """The value the task stores at C[.., row, col] given the fp32 accumulator there. inputs:
+        (task buffer, kernel buffer) pairs, the buffers the kernel reads in place of the task's."""
+        computed = []  # (intermediate buffer, its value at (row, col))
+        value = acc
+        for block in self.epilogue:
+            coords = _coords(block.iter_vars, row, col)
+            value = _rebuild(block.body.value, coords, [(self.gemm_out, acc), *computed], inputs or [],
+                             [iv.var for iv in block.iter_vars])
+            computed.append((block.body.buffer, value))
+        return value
+
+
+    def kernel(self, tile, symbol: str):
+        """The template's kernel for this task and variant, exported as `symbol`. It takes the task's
+        parameters in the task's order, A, B and C as 2-D (the caller reshapes them: a view), the
+        others as they are."""
+        from ..schedules.hopper_gemm import gemm
+
+        p = self.problem
+        if tile.b_layout != p.b_layout or tile.dtype != p.dtype:
+            raise ValueError(f"GemmTile({tile.describe()}) is for B {tile.b_layout} {tile.dtype}; this task's B is "
+                             f"{p.b_layout} {p.dtype}")
+        return self._with_task_params(lambda epilogue: gemm(p.m, p.n, p.k, tile, p.out_dtype, epilogue=epilogue),
+                                      symbol)
+
+    def reference(self, symbol: str):
+        """The kernel's twin in plain TIR (any target, unscheduled): the same signature, GEMM and
+        epilogue. On the CPU it checks what `kernel` is given against the task itself."""
+        p = self.problem
+        return self._with_task_params(lambda epilogue: _plain_gemm(p, epilogue), symbol)
+
+    def _with_task_params(self, make, symbol: str):
+        """`make(epilogue)` -> main(A, B, C), re-signed to take the task's parameters."""
+        from tvm.tirx import PrimFunc, decl_buffer
+
+        # the task's own buffers do not flatten in TIRx's pipeline (a 3-D residual failed): the
+        # kernel reads fresh buffers of the same shapes
+        inputs = [(x, decl_buffer(_kernel_shape(x), str(x.ty.dtype), name=x.name)) for x in self.extras]
+        main = make(lambda acc, row, col: self.value(acc, row, col, inputs))
+        a2, b2, c2 = main.params
+        params = [a2 if x.same_as(self.a) else b2 if x.same_as(self.b) else c2 if x.same_as(self.c)
+                  else next(mine for theirs, mine in inputs if x.same_as(theirs)) for x in self.params]
+        return PrimFunc(params, main.body, attrs=main.attrs).with_attr("global_symbol", symbol)
+
+    def kernel_shapes(self) -> list[tuple[int, ...]]:
+        """The shape the kernel takes each parameter in (A, B, C as 2-D)."""
+        p = self.problem
+        flat = {id(self.a): (p.m, p.k), id(self.b): (p.k, p.n) if p.b_layout == "kn" else (p.n, p.k),
+                id(self.c): (p.m, p.n)}
+        return [next((shape for x, shape in ((self.a, flat[id(self.a)]), (self.b, flat[id(self.b)]),
+                                             (self.c, flat[id(self.c)])) if buf.same_as(x)),
+                     _kernel_shape(buf)) for buf in self.params]
+
+
+def _plain_gemm(p: GemmProblem, epilogue):
+    """main(A, B, C) for `p` in plain TIR: C[i, j] = epilogue(sum_k A[i, k] * B[k, j] in fp32, i, j)."""
+    from tvm.script import tirx as T
+
+    m, n, k, dtype, out_dtype = p.m, p.n, p.k, p.dtype, p.out_dtype
+    b_shape = (k, n) if p.b_layout == "kn" else (n, k)
+    kn = p.b_layout == "kn"
+
+    # fmt: off
+    @T.prim_func(s_tir=True, check_well_formed=False)
+    def main(a: T.handle, b: T.handle, c: T.handle):
+        A = T.match_buffer(a, (m, k), dtype)
+        B = T.match_buffer(b, b_shape, dtype)
+        C = T.match_buffer(c, (m, n), out_dtype)
+        D = T.sblock_alloc_buffer((m, n), "float32")
+        for i, j, r in T.grid(m, n, k):
+            with T.sblock("gemm"):
+                vi, vj, vr = T.axis.remap("SSR", [i, j, r])
+                with T.init():
+                    D[vi, vj] = T.float32(0)
+                if kn:
+                    D[vi, vj] = D[vi, vj] + T.Cast("float32", A[vi, vr]) * T.Cast("float32", B[vr, vj])
+                else:
+                    D[vi, vj] = D[vi, vj] + T.Cast("float32", A[vi, vr]) * T.Cast("float32", B[vj, vr])
+        for i, j in T.grid(m, n):
+            with T.sblock("epilogue"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                C[vi, vj] = epilogue(D[vi, vj], vi, vj)
+    # fmt: on
+    return main
+
+
+def _kernel_shape(buf) -> tuple[int, ...]:
+    """An epilogue input's shape in the kernel: its own, a scalar as [1] (TIRx's FlattenBuffer
+    does not find a 0-d parameter)."""
+    return tuple(int(d) for d in buf.ty.shape) or (1,)
+
+
+def _coords(iter_vars, row, col) -> dict:
+    """A block's iter vars -> the element they stand for: 0 on the leading axes of extent 1."""
+    from tvm.ir.prim import expr as prim
+
+    *lead, i, j = iter_vars
+    out = {iv.var: prim.IntImm(str(iv.var.ty), 0) for iv in lead}
+    for iv, x in ((i, row), (j, col)):
+        out[iv.var] = x if str(x.ty) == str(iv.var.ty) else prim.Cast(str(iv.var.ty), x)
+    return out
+
+
+_BINARY = ("Add", "Sub", "Mul", "Div", "Mod", "FloorDiv", "FloorMod", "Min", "Max",
+           "EQ", "NE", "LT", "LE", "GT", "GE", "And", "Or")
+
+
+def _rebuild(expr, coords: dict, computed: list, inputs: list, axes: list):
+    """`expr` of an epilogue block at one element: its iter vars replaced by that element's
+    coordinates, loads of the GEMM's output and of earlier intermediates by their values
+    (`computed`), loads of the task's other inputs kept at the element's indices (on the kernel's
+    buffer where `inputs` pairs one with the task's)."""
+    from tvm.ir import expr as ir_expr
+    from tvm.ir.prim import expr as prim
+    from tvm.tirx import BufferLoad, call_intrin
+
+    def at_this_element(load) -> bool:
+        return len(load.indices) == len(axes) and all(i.same_as(v) for i, v in zip(load.indices, axes))
+
+    def go(e):
+        if isinstance(e, ir_expr.TensorLoad):
+            for buf, value in computed:
+                if e.source.same_as(buf):
+                    if not at_this_element(e):
+                        raise NotAHopperGemm(f"the epilogue reads {buf.name} at {list(e.indices)}, not at the "
+                                             "element it computes (a transpose or shift is not elementwise)")
+                    return value
+            source = next((mine for theirs, mine in inputs if e.source.same_as(theirs)), e.source)
+            indices = [go(i) for i in e.indices]
+            if not indices and not source.same_as(e.source):  # a scalar, which the kernel takes as [1]
+                indices = [prim.IntImm("int32", 0)]
+            return BufferLoad(source, indices)
+        if isinstance(e, tuple(getattr(prim, name) for name in _BINARY)):
+            return type(e)(go(e.a), go(e.b))
+        if isinstance(e, prim.Cast):
+            return prim.Cast(str(e.ty), go(e.value))
+        if isinstance(e, prim.Select):
+            return prim.Select(go(e.condition), go(e.true_value), go(e.false_value))
+        if isinstance(e, prim.Not):
+            return prim.Not(go(e.a))
+        if isinstance(e, ir_expr.Call):  # erf, exp, tanh, ...
+            return call_intrin(str(e.ty), e.op, *[go(a) for a in e.args])
+        if isinstance(e, (prim.IntImm, prim.FloatImm)):
+            return e
+        if isinstance(e, ir_expr.Var):
+            if e in coords:
+                return coords[e]
+            raise NotAHopperGemm(f"the epilogue reads a variable {e} that is not an axis")
+        raise NotAHopperGemm(f"the epilogue has a {type(e).__name__}, which the template does not fuse")
+
+    return go(expr)
 
 
 def _indices(region) -> list[str]:
     return [str(r.min) for r in region.region]
 
 
-def match_gemm(mod) -> GemmProblem:
-    """The GEMM `mod` ("main", a MetaSchedule task or workload) computes, or NotAHopperGemm."""
+def _loads(expr) -> list:
+    """The buffer loads in `expr`, left to right."""
+    from tvm.ir import expr as ir_expr
+    from tvm.ir.prim import expr as prim
+
+    if isinstance(expr, ir_expr.TensorLoad):
+        return [expr]
+    if isinstance(expr, prim.Cast):
+        return _loads(expr.value)
+    if hasattr(expr, "a") and hasattr(expr, "b"):
+        return _loads(expr.a) + _loads(expr.b)
+    return []
+
+
+def match_fused_gemm(mod) -> FusedGemm:
+    """The GEMM and epilogue `mod` ("main", a MetaSchedule task or workload) computes, or NotAHopperGemm."""
     from tvm import s_tir
 
+    func = mod["main"]
     sch = s_tir.Schedule(mod)
     blocks = [sch.get(rv) for rv in sch.get_child_blocks(sch.get_sblock("root"))]
 
     def kinds_of(block):
-        return sorted(int(iv.iter_type) for iv in block.iter_vars)
+        return [int(iv.iter_type) for iv in block.iter_vars]
 
-    if len(blocks) != 1:
-        gemms = [b for b in blocks if kinds_of(b) == [SPATIAL, SPATIAL, REDUCE]]
-        if len(gemms) == 1:
-            raise NotAHopperGemm(f"a GEMM with {len(blocks) - 1} fused block(s) before or after it "
-                                 "(the template has no fused epilogues yet)")
-        raise NotAHopperGemm(f"{len(blocks)} blocks, not one GEMM")
-    block = blocks[0]
+    gemms = [i for i, b in enumerate(blocks) if REDUCE in kinds_of(b)]
+    if len(gemms) != 1:
+        raise NotAHopperGemm(f"{len(gemms)} reduction blocks of {len(blocks)}, not one GEMM")
+    if gemms[0] != 0:
+        raise NotAHopperGemm(f"{gemms[0]} block(s) fused before the GEMM (the template reads A and B as they are)")
+    block, epilogue = blocks[0], blocks[1:]
     kinds = kinds_of(block)
-    if kinds != [SPATIAL, SPATIAL, REDUCE]:
-        spatial = kinds.count(SPATIAL)
-        raise NotAHopperGemm(f"{spatial} spatial and {kinds.count(REDUCE)} reduction axes (a GEMM has 2 and 1"
-                             + ("; batched matmuls are not in the template yet)" if spatial == 3 else ")"))
-    i, j, r = (str(iv.var) for iv in block.iter_vars)
+    spatial = kinds.count(SPATIAL)
+    if kinds.count(REDUCE) != 1 or kinds[-1] != REDUCE or spatial < 2:
+        raise NotAHopperGemm(f"{spatial} spatial and {kinds.count(REDUCE)} reduction axes (a GEMM has 2 and 1)")
+    extents = [int(iv.dom.extent) for iv in block.iter_vars]
+    if any(e != 1 for e in extents[:spatial - 2]):
+        raise NotAHopperGemm(f"batched ({'x'.join(map(str, extents[:spatial - 2]))}): batched matmuls are not "
+                             "in the template yet")
+    *lead, i, j, r = (str(iv.var) for iv in block.iter_vars)
     if len(block.reads) != 2 or len(block.writes) != 1:
         raise NotAHopperGemm(f"reads {len(block.reads)} and writes {len(block.writes)} buffers (a GEMM: 2 and 1)")
     (a, b), c = block.reads, block.writes[0]
-    if _indices(c) != [i, j] or _indices(a) != [i, r]:
+    if _indices(c) != [*lead, i, j] or _indices(a)[-2:] != [i, r] or len(a.source.shape) != spatial:
         raise NotAHopperGemm(f"indexed as {c.source.name}{_indices(c)} = {a.source.name}{_indices(a)} x ...: "
                              "the template computes C[i, j] from A[i, k]")
-    if _indices(b) == [r, j]:
+    b_index = _indices(b)
+    if any(int(d) != 1 for d in b.source.shape[:-2]):
+        raise NotAHopperGemm("B is batched: batched matmuls are not in the template yet")
+    if b_index[-2:] == [r, j]:
         b_layout = "kn"
-    elif _indices(b) == [j, r]:
+    elif b_index[-2:] == [j, r]:
         b_layout = "nk"
     else:
-        raise NotAHopperGemm(f"B indexed as {_indices(b)}: the template reads B[k, j] or B[j, k]")
-    dtype, b_dtype, out_dtype = str(a.source.dtype), str(b.source.dtype), str(c.source.dtype)
+        raise NotAHopperGemm(f"B indexed as {b_index}: the template reads B[k, j] or B[j, k]")
+    dtype, b_dtype, acc_dtype = str(a.source.dtype), str(b.source.dtype), str(c.source.dtype)
     if dtype != b_dtype or dtype not in INPUT_DTYPES:
         raise NotAHopperGemm(f"inputs {dtype} and {b_dtype}: the template takes {' or '.join(INPUT_DTYPES)}")
+    if acc_dtype != "float32":
+        raise NotAHopperGemm(f"accumulates in {acc_dtype}: the template accumulates in float32")
+    loads = _loads(block.body.value)
+    if sorted(x.source.name for x in loads) != sorted([c.source.name, a.source.name, b.source.name]):
+        raise NotAHopperGemm(f"computes {block.body.value}: not C + A * B")
+    m, k = (int(d) for d in a.source.shape[-2:])
+    n = int(c.source.shape[-1])
+    params = list(func.params)
+    for name, buf in (("A", a.source), ("B", b.source)):
+        if not any(buf.same_as(p) for p in params):
+            raise NotAHopperGemm(f"{name} ({buf.name}) is computed inside the task, not one of its inputs")
+    shape = [int(d) for d in c.source.shape]
+    out = c.source
+    for after in epilogue:
+        body = after.body
+        if kinds_of(after) != [SPATIAL] * spatial or [int(iv.dom.extent) for iv in after.iter_vars] != shape:
+            raise NotAHopperGemm(f"block {after.name_hint!r} after the GEMM is not elementwise over its {shape} "
+                                 "output (the template fuses elementwise epilogues)")
+        if type(body).__name__ != "BufferStore" or len(after.writes) != 1 or \
+                _indices(after.writes[0]) != [str(iv.var) for iv in after.iter_vars]:
+            raise NotAHopperGemm(f"block {after.name_hint!r} after the GEMM does not store one element per "
+                                 "output element")
+        if any(out.same_as(p) for p in params):
+            raise NotAHopperGemm(f"{out.name} is an output and also read after the GEMM (two outputs)")
+        out = after.writes[0].source
+    if not any(out.same_as(p) for p in params) or not params[-1].same_as(out):
+        raise NotAHopperGemm(f"the last block's {out.name} is not the task's output")
+    out_dtype = str(out.dtype)
     if out_dtype not in OUTPUT_DTYPES:
         raise NotAHopperGemm(f"output {out_dtype}: the template writes {', '.join(OUTPUT_DTYPES)}")
-    m, k = (int(d) for d in a.source.shape)
-    n = int(c.source.shape[1])
-    return GemmProblem(m=m, n=n, k=k, dtype=dtype, out_dtype=out_dtype, b_layout=b_layout)
+    fused = FusedGemm(problem=GemmProblem(m=m, n=n, k=k, dtype=dtype, out_dtype=out_dtype, b_layout=b_layout),
+                      func=func, a=a.source, b=b.source, c=out, gemm_out=c.source, epilogue=tuple(epilogue))
+    _check_epilogue(fused)
+    return fused
+
+
+def _check_epilogue(fused: FusedGemm) -> None:
+    """Rebuild the epilogue once at symbolic coordinates, so that what it cannot fuse is refused
+    now, with the reason, not when a kernel is generated."""
+    from tvm import tirx
+
+    fused.value(tirx.Var("acc", "float32"), tirx.Var("row", "int32"), tirx.Var("col", "int32"))
+
+
+def match_gemm(mod) -> GemmProblem:
+    """The GEMM `mod` computes (epilogue or not), or NotAHopperGemm."""
+    return match_fused_gemm(mod).problem
