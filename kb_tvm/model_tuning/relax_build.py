@@ -42,7 +42,7 @@ def prepare(mod, target):
         return tvm.transform.Sequential(passes)(mod)
 
 
-def build(mod, target, database=None, *, cuda_graph: bool = True):
+def build(mod, target, database=None, *, cuda_graph: bool = True, kernels=()):
     """A VM executable of a `prepare`d module: the database's records applied (MetaSchedule's
     MetaScheduleApplyDatabase), TVM's default schedules for the rest (dlight on GPUs), then
     Relax's lowering for the target. cuda_graph (CUDA targets only): launch the runs of kernels
@@ -52,7 +52,8 @@ def build(mod, target, database=None, *, cuda_graph: bool = True):
     TIR lowers with `build_config` per function, as each kernel was built when it was tuned: on CUDA a tensor-core record needs merged shared memory
     to lower, and dlight's reductions fail under it. Not `compile_relax`, which
     would fuse the prepared module again before applying the records and so change the
-    functions the records were tuned for."""
+    functions the records were tuned for. kernels: `extern_kernels.ExternKernel`s (the Hopper
+    template's) that replace their tasks, linked into the executable."""
     import tvm
     from tvm import relax
     from tvm.relax import pipeline as relax_pipeline
@@ -60,6 +61,7 @@ def build(mod, target, database=None, *, cuda_graph: bool = True):
     from tvm.s_tir import meta_schedule as ms
 
     from ..measure.targets import register_tir_pipeline
+    from .extern_kernels import compile_kernels, use_kernels
 
     database = database if database is not None else ms.database.MemoryDatabase()
     if target.kind.name == "cuda":  # TVM 0.27's backend.cuda does not export its dataflow_lower_passes
@@ -76,8 +78,14 @@ def build(mod, target, database=None, *, cuda_graph: bool = True):
                      t.LowerRuntimeBuiltin(), t.ComputePrimValue(), t.VMShapeLower(), t.AttachGlobalSymbol()]
     gpu = relax_pipeline.BackendDispatcher.is_gpu_target(target)
 
+    kernels = list(kernels)
+    library = compile_kernels(kernels, target)
+
     @tvm.transform.module_pass(opt_level=3)
     def tuned_pipeline(mod, _ctx):
+        if kernels:  # before the database: their tasks are gone from the module
+            mod = use_kernels(mod, kernels)
+            mod = mod.with_attr("external_mods", [*((mod.attrs or {}).get("external_mods", [])), library])
         mod = relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(mod)
         if gpu:
             mod = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),

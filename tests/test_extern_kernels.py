@@ -1,0 +1,129 @@
+"""Kernels from outside MetaSchedule in a model's build (model_tuning/extern_kernels.py), on the CPU:
+the shipped BERT's four Linear tasks replaced by the Hopper template's plain-TIR twins (same
+signature, GEMM and fused epilogue as the GPU kernels; A, B and C reshaped to 2-D), built, run
+against the build without them, exported and loaded again. Which set of kernels a tuned model
+keeps (model_tuning/hopper_stage.py) is plain Python."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hopper_helpers import bert_fp16_tasks
+
+
+def _twins(tasks, *, double_product_of: str | None = None):
+    from kb_tvm.model_tuning.extern_kernels import ExternKernel
+    from kb_tvm.search.hopper_match import NotAHopperGemm, match_fused_gemm
+
+    kernels = []
+    for name, task in sorted(tasks.items()):
+        try:
+            fused = match_fused_gemm(task.dispatched[0])
+        except NotAHopperGemm:
+            continue
+        symbol = f"kb_twin_{name}"
+        func = fused.reference(symbol)
+        if name == double_product_of:  # its epilogue on twice the product: what a wrong kernel looks like
+            func = fused._with_task_params(
+                lambda epilogue, p=fused.problem: _plain(p, lambda acc, row, col: epilogue(acc * 2.0, row, col)),
+                symbol)
+        kernels.append(ExternKernel(task=name, symbol=symbol, func=func, shapes=tuple(fused.kernel_shapes()),
+                                    pipeline="default"))
+    return kernels
+
+
+def _plain(problem, epilogue):
+    from kb_tvm.search.hopper_match import _plain_gemm
+
+    return _plain_gemm(problem, epilogue)
+
+
+def _run(executable, inputs):
+    import tvm
+    from tvm import relax
+
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    out = vm["main"](*[tvm.runtime.tensor(x) for x in inputs])
+    return np.asarray(out.numpy(), dtype=np.float32)
+
+
+def test_a_models_tasks_run_through_outside_kernels_and_compute_the_same(tmp_path):
+    import tvm
+
+    from kb_tvm.model_tuning import build, example_inputs, load_onnx
+    from kb_tvm.model_tuning.extern_kernels import use_kernels
+    from hopper_helpers import SHIPPED_BERT
+
+    mod, tasks, target = bert_fp16_tasks()
+    kernels = _twins(tasks)
+    assert len(kernels) == 4
+    rewritten = use_kernels(mod, kernels).script()
+    assert rewritten.count("R.call_dps_packed(\"kb_twin_") == 2 * 6  # 2 layers: Q, K, V, out, FFN up, down
+    assert "def fused_matmul_cast1_add2(" not in rewritten  # the replaced tasks' PrimFuncs are gone
+    assert "R.reshape(" in rewritten  # [1, 128, 64] activations to the kernels' 2-D A and back
+
+    inputs = example_inputs(load_onnx(SHIPPED_BERT, {"input_ids": (1, 128), "attention_mask": (1, 128)}))
+    expected = _run(build(mod, target), inputs)
+    executable = build(mod, target, kernels=kernels)
+    np.testing.assert_allclose(_run(executable, inputs), expected, rtol=1e-3, atol=1e-3)
+    executable.export_library(str(tmp_path / "model.so"))  # the kernels travel in the library
+    np.testing.assert_allclose(_run(tvm.runtime.load_module(str(tmp_path / "model.so")), inputs), expected,
+                               rtol=1e-3, atol=1e-3)
+
+    wrong = _run(build(mod, target, kernels=_twins(tasks, double_product_of="fused_matmul_cast1_add2")), inputs)
+    assert np.abs(wrong - expected).max() > 2e-2  # a wrong kernel shows (layer norms damp it: 0.09 here)
+
+
+def test_a_kernel_for_a_task_the_model_does_not_have_is_refused():
+    from kb_tvm.model_tuning.extern_kernels import ExternKernel, use_kernels
+
+    mod, tasks, _ = bert_fp16_tasks()
+    kernel = _twins(tasks)[0]
+    with pytest.raises(ValueError, match="no task fused_matmul_nowhere in this model"):
+        use_kernels(mod, [ExternKernel(task="fused_matmul_nowhere", symbol="x", func=kernel.func,
+                                       shapes=kernel.shapes)])
+
+
+def test_the_sets_of_hopper_kernels_a_tuned_model_tries():
+    from kb_tvm.model_tuning.hopper_stage import HopperChoice, options
+
+    found = {name: HopperChoice(task=name, fused=None, tile=None, seconds=seconds)
+             for name, seconds in (("qkv", 5e-6), ("ffn_up", 7e-6))}
+
+    def tasks(sets):
+        return [[c.task for c in s] for s in sets]
+
+    # none, those faster alone than the build's schedule, all of them; each set once
+    assert tasks(options(found, {"qkv": 6e-6, "ffn_up": 6e-6})) == [[], ["qkv"], ["ffn_up", "qkv"]]
+    assert tasks(options(found, {"qkv": 9e-6, "ffn_up": 9e-6})) == [[], ["ffn_up", "qkv"]]
+    assert tasks(options(found, {"qkv": 1e-6, "ffn_up": 1e-6})) == [[], ["ffn_up", "qkv"]]
+    assert tasks(options({}, {"qkv": 1e-6})) == [[]]
+
+
+def test_the_hopper_stage_serves_half_precision_on_sm90_only():
+    import tvm
+
+    from kb_tvm.model_tuning.hopper_stage import applies
+
+    sm90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
+    assert applies(sm90, "fp16") and applies(sm90, "bf16")
+    assert not applies(sm90, "fp32")
+    assert not applies(tvm.target.Target({"kind": "cuda", "arch": "sm_80"}), "fp16")
+    assert not applies(tvm.target.Target("llvm"), "fp16")
+
+
+def test_measured_variants_are_read_back_and_a_torn_last_line_is_measured_again(tmp_path):
+    import json
+
+    from kb_tvm.model_tuning.hopper_stage import FILE_NAME, read_rows
+    from kb_tvm.search.hopper_variants import VariantSearch
+
+    row = {"task": "t", **VariantSearch.record(__import__("kb_tvm.schedules.hopper_gemm", fromlist=["GemmTile"])
+                                               .GemmTile(bm=64, bn=64, stages=3, b_layout="kn"), 6e-6)}
+    (tmp_path / FILE_NAME).write_text(json.dumps(row) + "\n" + json.dumps(row)[:20])
+    assert read_rows(tmp_path) == [row]
+    search = VariantSearch(128, 768, 768, b_layout="kn")
+    search.replay(read_rows(tmp_path))
+    assert search.best[1] == 6e-6
+    assert read_rows(tmp_path / "nowhere") == []
