@@ -6,11 +6,15 @@ each run's schedules, without tuning again.
         --log kb=kb-candidates.jsonl.gz --log stock=evolutionary-candidates.jsonl.gz --out rebuild.json
 
 Each log's tasks get their fastest logged schedule where it beats the default one, as `kb-tvm
-tune` chooses (the default schedules are timed here, on this machine)."""
+tune` chooses (the default schedules are timed here, on this machine). `--hopper 2m` also
+searches the Hopper template's kernels for the model's matmul tasks (sm_90, fp16/bf16) for that
+long and builds each log's model again with them where they beat its schedules ("LABEL+hopper");
+the variants measured go to hopper.jsonl beside --out."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import click
@@ -24,13 +28,17 @@ import click
 @click.option("--target", default=None, help="As for kb-tvm tune.")
 @click.option("--log", "logs", multiple=True, metavar="LABEL=PATH",
               help="A run's candidates.jsonl(.gz) (repeatable; none: the untuned build alone).")
+@click.option("--hopper", "hopper_budget", default=None, metavar="BUDGET",
+              help="Search the Hopper template's kernels this long (e.g. 2m) and build each log with them too.")
 @click.option("--out", required=True, type=click.Path(dir_okay=False))
-def main(model, precision, input_shapes, exact_math, target, logs, out) -> None:
+def main(model, precision, input_shapes, exact_math, target, logs, hopper_budget, out) -> None:
     """Rebuild tuned models from candidate logs; time them with and without CUDA graphs. Exits 1
     if any build's outputs miss onnxruntime's."""
     from tvm.s_tir import meta_schedule as ms
 
+    from .budget import TuningBudget
     from .measure.targets import make_target
+    from .model_tuning import hopper_stage
     from .model_tuning import (
         TOLERANCES,
         apply_math,
@@ -50,8 +58,11 @@ def main(model, precision, input_shapes, exact_math, target, logs, out) -> None:
     from .model_tuning.precision import compare_sets, model_space
     from .model_tuning.replay import records_from_candidates
 
-    onnx_model = load_onnx(model, dict(parse_input_shape(text) for text in input_shapes))
     tvm_target = make_target(target)
+    if hopper_budget is not None and not hopper_stage.applies(tvm_target, precision):
+        raise click.UsageError("--hopper needs an sm_90 CUDA target and --precision fp16 or bf16")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    onnx_model = load_onnx(model, dict(parse_input_shape(text) for text in input_shapes))
     math = math_for(tvm_target, exact=exact_math)
     mod = prepare(apply_math(lower_precision(to_relax(onnx_model), precision), math), tvm_target)
     tasks = ms.relax_integration.extract_tasks(mod, tvm_target)
@@ -60,10 +71,10 @@ def main(model, precision, input_shapes, exact_math, target, logs, out) -> None:
     tolerance = TOLERANCES[precision]
     result: dict = {"model": str(model), "precision": precision, "math": math, "target": str(tvm_target.export()), "builds": {}}
 
-    def timed(label: str, database) -> None:
+    def timed(label: str, database, kernels=()) -> None:
         for graphs in (True, False) if tvm_target.kind.name == "cuda" else (False,):
-            outputs, seconds = run_and_time(build(mod, tvm_target, database, cuda_graph=graphs), tvm_target,
-                                            input_sets)
+            outputs, seconds = run_and_time(build(mod, tvm_target, database, cuda_graph=graphs, kernels=kernels),
+                                            tvm_target, input_sets)
             why, worst_error = compare_sets(references, outputs, tolerance)
             entry = {"latency_ms": seconds * 1e3, "numerics_ok": why is None, "mismatch": why,
                      "max_abs_error": worst_error}
@@ -75,12 +86,25 @@ def main(model, precision, input_shapes, exact_math, target, logs, out) -> None:
     untuned = build(mod, tvm_target)
     default_latency = profile_kernels(untuned, tvm_target, tasks)
     timed("untuned", None)
+    found = {}
+    if hopper_budget is not None:
+        started = time.perf_counter()
+        found = hopper_stage.search_kernels(tasks, untuned, tvm_target, budget=TuningBudget(hopper_budget).start(),
+                                            work_dir=Path(out).parent, default_latency=default_latency, share=1.0,
+                                            notify=lambda e: click.echo(json.dumps(e)))
+        result["hopper"] = {"seconds": time.perf_counter() - started,
+                            "found": {n: {"seconds": c.seconds, "default_s": default_latency[n],
+                                          "tile": c.tile.describe()} for n, c in found.items()}}
     for text in logs:
         label, _, path = text.partition("=")
         records = records_from_candidates(path, tasks, tvm_target, model_space(tvm_target, precision))
         chosen, used = better_than_default(records, tasks, tvm_target, default_latency)
         result.setdefault("tuned_tasks", {})[label] = sum(used[n] < default_latency[n] for n in used)
         timed(label, chosen)
+        if found:
+            hopper = hopper_stage.choose(found, used)
+            result.setdefault("hopper_tasks", {})[label] = {c.task: used[c.task] for c in hopper}
+            timed(f"{label}+hopper", chosen, [c.kernel() for c in hopper])
     if not all(entry["numerics_ok"] for entry in result["builds"].values()):
         raise SystemExit(1)
 

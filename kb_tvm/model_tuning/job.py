@@ -11,6 +11,7 @@ from pathlib import Path
 from ..allocation import TaskStats
 from ..budget import TuningBudget
 from ..logger_guard import guard_metaschedule_logger
+from . import hopper_stage
 from .onnx_input import example_inputs, onnxruntime_outputs
 from .precision import (
     TOLERANCES,
@@ -81,6 +82,7 @@ def tune_model(
         TimeCappedSearch,
     )
     from ..measure.candidate_log import FILE_NAME, CandidateLog
+    from ..search.hopper_variants import VariantSearch
     from ..tuning import PIPELINES, STRATEGIES, measurement_pipeline
 
     if strategy not in STRATEGIES:
@@ -124,11 +126,18 @@ def tune_model(
         batches.append({"seconds": tuning_budget.spent, "task": point["task"], "best_ms": point["batch_best_ms"]})
 
     is_cuda = target.kind.name == "cuda"
+    hopper_found = {}  # the Hopper template's best right kernel per task it computes (kb, sm_90, fp16/bf16)
+    if strategy == "kb" and hopper_stage.applies(target, precision):
+        hopper_found = hopper_stage.search_kernels(tasks, untuned, target, budget=tuning_budget, work_dir=work_dir,
+                                                   default_latency=default_latency, notify=notify)
+    # the scheduler starts from what each task has now: a Hopper kernel already makes its task fast
+    current_latency = {name: min(seconds, hopper_found[name].seconds) if name in hopper_found else seconds
+                       for name, seconds in default_latency.items()}
     database = RecordDatabase(work_dir=work_dir)
     recorder = ProgressRecorder(on_progress=measured)
     with measurement_pipeline(target, pipeline, builder, runner) as (builder, runner), guard_metaschedule_logger():
         if strategy == "kb":  # with a KBRunner on several devices, several tasks' batches at once
-            scheduler = KBTaskScheduler(budget=tuning_budget, on_event=emit, default_latency=default_latency,
+            scheduler = KBTaskScheduler(budget=tuning_budget, on_event=emit, default_latency=current_latency,
                                         earlier=[TaskStats(**t) for t in earlier["tasks"]] if earlier else None,
                                         experience=experience, runner=runner if isinstance(runner, KBRunner) else None)
             search = KBSearch(budget=tuning_budget, seed=seed, repeatable=repeatable, experience=experience,
@@ -151,17 +160,27 @@ def tune_model(
     if strategy == "kb":
         save_state()
     chosen, used_latency = better_than_default(database, tasks, target, default_latency)
-    executable = build(mod, target, chosen, cuda_graph=cuda_graph)
-    executable.export_library(str(work_dir / "model.so"))
-    tuned_outputs, tuned_latency = run_and_time(executable, target, input_sets)
-    graphs = cuda_graph and is_cuda
-    if graphs:  # what the graphs bring: the same records, launched one by one
-        _, without_graphs = run_and_time(build(mod, target, chosen, cuda_graph=False), target, input_sets[:1])
     if by_onnxruntime[0][0] is None:
         references, reference_name = untuned_outputs, "untuned TVM build"
     else:
         references, reference_name = [outputs for outputs, _ in by_onnxruntime], by_onnxruntime[0][1]
     tolerance = TOLERANCES[precision]
+    hopper_tried, best = [], None  # with Hopper kernels: each set worth trying, built and timed end to end
+    for option in hopper_stage.options(hopper_found, used_latency):
+        candidate = build(mod, target, chosen, cuda_graph=cuda_graph, kernels=[c.kernel() for c in option])
+        outputs, latency = run_and_time(candidate, target, input_sets)
+        wrong = compare_sets(references, outputs, tolerance)[0] if option else None  # none: reported below
+        hopper_tried.append({"tasks": [c.task for c in option], "latency_ms": latency * 1e3, "mismatch": wrong})
+        if wrong is None and (best is None or latency < best[0]):
+            best = (latency, outputs, candidate, option)
+    tuned_latency, tuned_outputs, executable, hopper = best
+    kernels = [c.kernel() for c in hopper]
+    used_latency.update({c.task: c.seconds for c in hopper})
+    executable.export_library(str(work_dir / "model.so"))
+    graphs = cuda_graph and is_cuda
+    if graphs:  # what the graphs bring: the same records, launched one by one
+        _, without_graphs = run_and_time(build(mod, target, chosen, cuda_graph=False, kernels=kernels), target,
+                                         input_sets[:1])
     why_not, worst_error = compare_sets(references, tuned_outputs, tolerance)
 
     on_devices = device_seconds(CandidateLog.read(work_dir / FILE_NAME)) if (work_dir / FILE_NAME).exists() \
@@ -187,10 +206,14 @@ def tune_model(
                      "tolerance": tolerance.to_json()},
         "library": str(work_dir / "model.so"), "records": str(work_dir / "database_tuning_record.json"),
         "candidates": str(work_dir / FILE_NAME), "device_seconds": on_devices,
+        "hopper_kernels": [{"task": c.task, "seconds": c.seconds, **VariantSearch.record(c.tile, c.seconds)}
+                           for c in hopper],
+        "hopper_builds": hopper_tried if len(hopper_tried) > 1 else [],
         "plot": str(work_dir / "latency.png"),
         "curve": [{"seconds": round(s, 2), "estimated_ms": round(ms_ * 1e3, 5)} for s, ms_ in curve],
         "tasks": [_task_row(n, weights[n], default_latency[n], used_latency[n], total, total_after,
-                             by_name.get(n), on_devices["per_task"].get(n))
+                             by_name.get(n), on_devices["per_task"].get(n),
+                             next((c.tile.describe() for c in hopper if c.task == n), None))
                   for n in sorted(weights, key=lambda n: -weights[n] * default_latency[n])],
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
