@@ -8,8 +8,9 @@ each run's schedules, without tuning again.
 Each log's tasks get their fastest logged schedule where it beats the default one, as `kb-tvm
 tune` chooses (the default schedules are timed here, on this machine). `--hopper 2m` also
 searches the Hopper template's kernels for the model's matmul tasks (sm_90, fp16/bf16) for that
-long and builds each log's model again with them where they beat its schedules ("LABEL+hopper");
-the variants measured go to hopper.jsonl beside --out."""
+long and builds each log's model again with them as `kb-tvm tune` tries them: where they beat its
+schedules alone ("LABEL+hopper winners") and all of them ("LABEL+hopper all"); the variants
+measured go to hopper.jsonl beside --out."""
 
 from __future__ import annotations
 
@@ -101,10 +102,10 @@ def main(model, precision, input_shapes, exact_math, target, logs, hopper_budget
         chosen, used = better_than_default(records, tasks, tvm_target, default_latency)
         result.setdefault("tuned_tasks", {})[label] = sum(used[n] < default_latency[n] for n in used)
         timed(label, chosen)
-        if found:
-            hopper = hopper_stage.choose(found, used)
-            result.setdefault("hopper_tasks", {})[label] = {c.task: used[c.task] for c in hopper}
-            timed(f"{label}+hopper", chosen, [c.kernel() for c in hopper])
+        for option in hopper_stage.options(found, used)[1:]:  # as `kb-tvm tune` tries them
+            tag = "all" if len(option) == len(found) else "winners"
+            result.setdefault("hopper_tasks", {})[f"{label}+hopper {tag}"] = [c.task for c in option]
+            timed(f"{label}+hopper {tag}", chosen, [c.kernel() for c in option])
     if not all(entry["numerics_ok"] for entry in result["builds"].values()):
         raise SystemExit(1)
 

@@ -55,6 +55,10 @@ class GemmTile:
     # Relax's matmul), read by wgmma transposed from 64-column swizzle chunks
     b_layout: str = "nk"
     dtype: str = "float16"
+    # blocks that split K and write fp32 partial sums P[split, M, N], summed (and the task's
+    # epilogue applied) by a second kernel: small-M, long-K GEMMs (BERT's FFN down, 128x768x3072:
+    # 24 tiles of 64x64 for 132 SMs) otherwise leave most of the GPU idle
+    k_splits: int = 1
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -89,7 +93,8 @@ class GemmTile:
 
     def describe(self) -> str:
         return (f"bm={self.bm}, bn={self.bn}, stages={self.stages}, consumers={self.consumers}, "
-                f"group_m={self.group_m}, producer={self.producer}, b_layout={self.b_layout}, dtype={self.dtype}")
+                f"group_m={self.group_m}, producer={self.producer}, b_layout={self.b_layout}, dtype={self.dtype}"
+                + (f", k_splits={self.k_splits}" if self.k_splits != 1 else ""))
 
     def problems(self) -> list[str]:
         out = []
@@ -105,6 +110,8 @@ class GemmTile:
             out.append(f"stages={self.stages}: 2 to 5")
         if not 1 <= self.group_m <= 16:
             out.append(f"group_m={self.group_m}: 1 to 16")
+        if not (isinstance(self.k_splits, int) and 1 <= self.k_splits <= 8):
+            out.append(f"k_splits={self.k_splits!r}: 1 to 8")
         if not isinstance(self.producer, bool):
             out.append(f"producer={self.producer!r}: True or False")
         if self.b_layout not in ("nk", "kn"):
@@ -122,7 +129,7 @@ class GemmTile:
     def fits(self, m: int, n: int, k: int) -> list[str]:
         """Why this tile cannot compute an (m, n, k) GEMM; empty when it can."""
         return [f"{name}={size} is not a multiple of {tile}" for name, size, tile in
-                (("M", m, self.bm), ("N", n, self.bn), ("K", k, self.bk)) if size % tile]
+                (("M", m, self.bm), ("N", n, self.bn), ("K", k, self.bk * self.k_splits)) if size % tile]
 
 
 def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, epilogue=None):
@@ -139,9 +146,13 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
         raise ValueError(f"GemmTile({tile.describe()}) cannot compute {m}x{n}x{k}: " + "; ".join(misfit))
     if out_dtype not in OUTPUT_DTYPES:
         raise ValueError(f"out_dtype {out_dtype!r} is not one of {', '.join(OUTPUT_DTYPES)}")
+    splits = tile.k_splits
+    if splits > 1 and (out_dtype != "float32" or epilogue is not None):
+        raise ValueError(f"k_splits={splits} writes fp32 partial sums: out_dtype float32 and no epilogue (the "
+                         "epilogue runs where the partials are summed)")
     dtype, bm, bn, bk, stages = tile.dtype, tile.bm, tile.bn, tile.bk, tile.stages
     group_m = tile.group_m
-    grid_m, grid_n, k_tiles = m // bm, n // bn, k // bk
+    grid_m, grid_n, k_tiles = m // bm, n // bn, k // bk // splits  # k_tiles: of one split
     rows = tile.rows_per_consumer
     subtiles = rows // WGMMA_M
     half = bn // 2  # accumulators per sub-tile and thread
@@ -158,6 +169,7 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
     trans_b = 1 if b_kn else 0
     stage_bytes = tile.stage_bytes
     prefetch = min(stages - 1, k_tiles)
+    c_shape = (splits, m, n) if splits > 1 else (m, n)
     producer = tile.producer
     consumer_threads = WARPGROUP_THREADS * tile.consumers
 
@@ -171,7 +183,7 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
     # fmt: off
     @T.macro
     def load(A, B, A_s, B_s, full, block_m, block_n, kt, into):
-        """Thread issuing: K-tile kt's A and B tiles into stage `into`, completing full[into]."""
+        """Thread issuing: K-tile kt's (of all of K) A and B tiles into stage `into`, completing full[into]."""
         Tx.copy_async(A_s[into, :, :], A[block_m * bm:(block_m + 1) * bm, kt * bk:(kt + 1) * bk],
                       dispatch="tma_auto", mbar=full.ptr_to([into]))
         if b_kn:
@@ -207,25 +219,35 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
         T.ptx.wgmma.wait_group.sync.aligned(0)
 
     @T.macro
-    def store(C, acc, block_m, block_n, wg, lane):
-        """A consumer warpgroup's accumulator fragments to C (wgmma's m64nN layout)."""
+    def store(C, acc, block_m, block_n, wg, lane, split):
+        """A consumer warpgroup's accumulator fragments to C (wgmma's m64nN layout), or to its
+        split's partial sums P = C[split]."""
         warp: T.let = lane // 32
         for sub in T.unroll(subtiles):
             for i in T.unroll(half // 4):
                 row: T.let = block_m * bm + wg * rows + sub * 64 + warp * 16 + lane % 32 // 4
                 col: T.let = block_n * bn + i * 8 + lane % 4 * 2
-                C[row, col] = epilogue(acc[sub * half + i * 4], row, col)
-                C[row, col + 1] = epilogue(acc[sub * half + i * 4 + 1], row, col + 1)
-                C[row + 8, col] = epilogue(acc[sub * half + i * 4 + 2], row + 8, col)
-                C[row + 8, col + 1] = epilogue(acc[sub * half + i * 4 + 3], row + 8, col + 1)
+                if splits > 1:
+                    C[split, row, col] = acc[sub * half + i * 4]
+                    C[split, row, col + 1] = acc[sub * half + i * 4 + 1]
+                    C[split, row + 8, col] = acc[sub * half + i * 4 + 2]
+                    C[split, row + 8, col + 1] = acc[sub * half + i * 4 + 3]
+                else:
+                    C[row, col] = epilogue(acc[sub * half + i * 4], row, col)
+                    C[row, col + 1] = epilogue(acc[sub * half + i * 4 + 1], row, col + 1)
+                    C[row + 8, col] = epilogue(acc[sub * half + i * 4 + 2], row + 8, col)
+                    C[row + 8, col + 1] = epilogue(acc[sub * half + i * 4 + 3], row + 8, col + 1)
 
     @T.prim_func(check_well_formed=False)  # an epilogue's buffers are main's parameters once the caller adds them
     def main(a_ptr: T.handle, b_ptr: T.handle, c_ptr: T.handle) -> None:
         A = T.match_buffer(a_ptr, (m, k), dtype)
         B = T.match_buffer(b_ptr, (k, n) if b_kn else (n, k), dtype)
-        C = T.match_buffer(c_ptr, (m, n), out_dtype)
+        C = T.match_buffer(c_ptr, c_shape, out_dtype)
         T.device_entry()
-        block = T.cta_id([grid_m * grid_n])
+        cta = T.cta_id([grid_m * grid_n * splits])
+        split: T.let = cta // (grid_m * grid_n)
+        block: T.let = cta % (grid_m * grid_n)
+        k_first: T.let = split * k_tiles  # this split's first K-tile
         tid = T.thread_id([tile.threads])
         # group_m block rows at a time sweep N, so the blocks running together share B's tiles in L2
         group: T.let = block // (group_m * grid_n)
@@ -257,27 +279,28 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
                     for kt in T.serial(k_tiles):
                         # parity flipped: a fresh barrier counts as released, every stage starts free
                         T.cuda.mbarrier_wait(empty.ptr_to([kt % stages]), (kt // stages) % 2 ^ 1)
-                        load(A, B, A_s, B_s, full, block_m, block_n, kt, kt % stages)
+                        load(A, B, A_s, B_s, full, block_m, block_n, k_first + kt, kt % stages)
             else:
                 for i in T.serial(subtiles * half):
                     acc[i] = T.float32(0)
                 for kt in T.serial(k_tiles):
                     multiply(A_s, B_s, full, acc, desc_a, desc_b, wg, kt)
                     T.ptx.mbarrier.arrive.shared.b64(empty.ptr_to([kt % stages]))
-                store(C, acc, block_m, block_n, wg, lane)
+                store(C, acc, block_m, block_n, wg, lane, split)
         else:
             if tid == 0:
                 for kt in T.serial(prefetch):
-                    load(A, B, A_s, B_s, full, block_m, block_n, kt, kt)
+                    load(A, B, A_s, B_s, full, block_m, block_n, k_first + kt, kt)
             for i in T.serial(subtiles * half):
                 acc[i] = T.float32(0)
             for kt in T.serial(k_tiles):
                 if tid == 0:
                     if kt + stages - 1 < k_tiles:
-                        load(A, B, A_s, B_s, full, block_m, block_n, kt + stages - 1, (kt + stages - 1) % stages)
+                        load(A, B, A_s, B_s, full, block_m, block_n, k_first + kt + stages - 1,
+                             (kt + stages - 1) % stages)
                 multiply(A_s, B_s, full, acc, desc_a, desc_b, wg, kt)
                 T.cuda.cta_sync()  # every warpgroup is done with this stage before it is loaded again
-            store(C, acc, block_m, block_n, wg, lane)
+            store(C, acc, block_m, block_n, wg, lane, split)
     # fmt: on
 
     return main

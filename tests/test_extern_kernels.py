@@ -12,7 +12,7 @@ import pytest
 from hopper_helpers import bert_fp16_tasks
 
 
-def _twins(tasks, *, double_product_of: str | None = None):
+def _twins(tasks, *, double_product_of: str | None = None, k_splits: int = 1):
     from kb_tvm.model_tuning.extern_kernels import ExternKernel
     from kb_tvm.search.hopper_match import NotAHopperGemm, match_fused_gemm
 
@@ -23,6 +23,12 @@ def _twins(tasks, *, double_product_of: str | None = None):
         except NotAHopperGemm:
             continue
         symbol = f"kb_twin_{name}"
+        if k_splits > 1:  # partial sums over K, then their sum with the task's epilogue
+            kernels.append(ExternKernel(
+                task=name, symbol=symbol, func=fused.reference(symbol, k_splits), pipeline="default",
+                shapes=tuple(fused.partial_shapes(k_splits)), takes=fused.gemm_inputs,
+                then=fused.summed(k_splits, f"{symbol}_then"), then_shapes=tuple(fused.summed_shapes(k_splits))))
+            continue
         func = fused.reference(symbol)
         if name == double_product_of:  # its epilogue on twice the product: what a wrong kernel looks like
             func = fused._with_task_params(
@@ -73,6 +79,25 @@ def test_a_models_tasks_run_through_outside_kernels_and_compute_the_same(tmp_pat
 
     wrong = _run(build(mod, target, kernels=_twins(tasks, double_product_of="fused_matmul_cast1_add2")), inputs)
     assert np.abs(wrong - expected).max() > 2e-2  # a wrong kernel shows (layer norms damp it: 0.09 here)
+
+
+def test_split_k_kernels_sum_their_partials_in_a_kernel_of_the_build_which_applies_the_epilogue():
+    from kb_tvm.model_tuning import build, example_inputs, load_onnx
+    from kb_tvm.model_tuning.extern_kernels import use_kernels
+    from hopper_helpers import SHIPPED_BERT
+
+    mod, tasks, target = bert_fp16_tasks()
+    kernels = _twins(tasks, k_splits=4)
+    rewritten = use_kernels(mod, kernels)
+    text = rewritten.script()
+    assert text.count("R.call_dps_packed(\"kb_twin_") == 12
+    assert text.count("kb_twin_fused_matmul_cast1_add2_then") > 1  # defined once, called per layer
+    # the sum takes the partials, then the task's inputs other than A and B (bias, residual)
+    then = rewritten["kb_twin_fused_matmul_cast1_add2_cast5_add1_then"]
+    assert [tuple(int(d) for d in p.ty.shape) for p in then.params] == [(4, 128, 64), (64,), (1, 128, 64), (128, 64)]
+    inputs = example_inputs(load_onnx(SHIPPED_BERT, {"input_ids": (1, 128), "attention_mask": (1, 128)}))
+    np.testing.assert_allclose(_run(build(mod, target, kernels=kernels), inputs), _run(build(mod, target), inputs),
+                               rtol=2e-3, atol=2e-3)
 
 
 def test_a_kernel_for_a_task_the_model_does_not_have_is_refused():

@@ -15,14 +15,20 @@ from dataclasses import dataclass
 @dataclass(frozen=True, eq=False)
 class ExternKernel:
     """One task's replacement: the PrimFunc (exported as `symbol`) and the shape it takes each of
-    the task's parameters in, the output last."""
+    its parameters in, the output last. By default it takes all of the task's inputs and computes
+    its output. With `then` (a split-K kernel), it takes the inputs at `takes` and computes an
+    intermediate, and `then`, a PrimFunc the build compiles and schedules as its own, computes the
+    task's output from that and the task's other inputs (shapes: `then_shapes`)."""
 
     task: str
     symbol: str
     func: object  # tirx PrimFunc
-    shapes: tuple  # per parameter of the task, in its order
+    shapes: tuple
     pipeline: str = "tirx"  # the TIR pipeline `func` compiles with
     arch: str | None = None  # a CUDA arch of its own (the Hopper template's sm_90a), else the build's
+    takes: tuple | None = None  # which of the task's inputs `func` takes (None: all, in order)
+    then: object | None = None
+    then_shapes: tuple = ()
 
 
 def compile_kernels(kernels: list[ExternKernel], target):
@@ -56,25 +62,45 @@ def use_kernels(mod, kernels: list[ExternKernel]):
 
     @relax.expr_functor.mutator
     class Rewrite(relax.PyExprMutator):
+        def __init__(self, mod):
+            super().__init__(mod)
+            self.then = {}  # task -> the GlobalVar of its kernel's `then`, added once
+
         def visit_call_(self, call):
             call = super().visit_call_(call)
             if not call.op.same_as(call_tir) or call.args[0].name_hint not in by_task:
                 return call
             kernel = by_task[call.args[0].name_hint]
+            given, out = list(call.args[1].fields), call.ty
+            takes = kernel.takes if kernel.takes is not None else range(len(given))
             *inputs, out_shape = kernel.shapes
-            args = [self._as(arg, shape) for arg, shape in zip(call.args[1].fields, inputs)]
-            out = call.ty
+            args = [self._as(given[i], shape) for i, shape in zip(takes, inputs)]
+            out_dtype = "float32" if kernel.then is not None else out.dtype  # the partial sums are fp32
             result = self.builder_.emit(relax.call_dps_packed(
-                relax.ExternFunc(kernel.symbol), relax.Tuple(args), relax.TensorType(list(out_shape), out.dtype)))
+                relax.ExternFunc(kernel.symbol), relax.Tuple(args), relax.TensorType(list(out_shape), out_dtype)))
+            if kernel.then is not None:
+                if kernel.task not in self.then:
+                    name = f"{kernel.symbol}_then"
+                    self.then[kernel.task] = self.builder_.add_func(kernel.then.with_attr("global_symbol", name), name)
+                rest = [arg for i, arg in enumerate(given) if i not in takes]
+                *_, then_out = kernel.then_shapes
+                then_args = [result] + [self._as(arg, shape) for arg, shape in zip(rest, kernel.then_shapes[1:-1])]
+                result = self.builder_.emit(relax.call_tir(self.then[kernel.task], relax.Tuple(then_args),
+                                                           relax.TensorType(list(then_out), out.dtype)))
+                out_shape = then_out
             return result if _dims(out.shape) == tuple(out_shape) else relax.op.reshape(result, out.shape)
 
         def _as(self, arg, shape):
             return arg if _dims(arg.ty.shape) == tuple(shape) else \
                 self.builder_.emit(relax.op.reshape(arg, shape))
 
-    functions = {gv: Rewrite().visit_expr(func) if isinstance(func, relax.Function) else func
-                 for gv, func in mod.functions.items() if gv.name_hint not in by_task}
-    return tvm.IRModule(functions, attrs=mod.attrs)
+    rewrite = Rewrite(mod)
+    for gv, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            rewrite.builder_.update_func(gv, rewrite.visit_expr(func))
+    rewritten = rewrite.builder_.get()
+    return tvm.IRModule({gv: func for gv, func in rewritten.functions.items() if gv.name_hint not in by_task},
+                        attrs=mod.attrs)
 
 
 def _dims(shape) -> tuple[int, ...]:

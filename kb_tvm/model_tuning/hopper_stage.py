@@ -48,6 +48,11 @@ def _extern(fused, tile, task: str):
     from .extern_kernels import ExternKernel
 
     symbol = f"kb_hopper_{task}"
+    splits = tile.k_splits
+    if splits > 1:  # the template's partial sums, then the sum with the task's epilogue
+        return ExternKernel(task=task, symbol=symbol, func=fused.kernel(tile, symbol),
+                            shapes=tuple(fused.partial_shapes(splits)), arch=ARCH, takes=fused.gemm_inputs,
+                            then=fused.summed(splits, f"{symbol}_then"), then_shapes=tuple(fused.summed_shapes(splits)))
     return ExternKernel(task=task, symbol=symbol, func=fused.kernel(tile, symbol), shapes=tuple(fused.kernel_shapes()),
                         arch=ARCH)
 
@@ -153,11 +158,9 @@ def _reference(library, name: str, fused, arrays, device) -> np.ndarray:
 
 
 def _measure(fused, tile, target, device, inputs, references, name: str) -> dict:
-    """Build, check on both input sets, time: one line of hopper.jsonl."""
-    import tvm
-
+    """Build, check on both input sets, time: one line of hopper.jsonl. A split-K variant is its
+    two kernels, checked and timed together."""
     from ..search.hopper_variants import VariantSearch
-    from .extern_kernels import compile_kernels
 
     p = fused.problem
     row = {"task": name, "m": p.m, "n": p.n, "k": p.k, "dtype": p.dtype, **VariantSearch.record(tile, None),
@@ -165,26 +168,58 @@ def _measure(fused, tile, target, device, inputs, references, name: str) -> dict
     started = time.perf_counter()
     try:
         kernel = _extern(fused, tile, name)
-        symbol = kernel.symbol
-        library = compile_kernels([kernel], target)
+        steps = _compile(kernel, target)
     except Exception as err:  # noqa: BLE001 - TVM's compiler raises many kinds; the variant failed
         row.update(build_s=time.perf_counter() - started, error=f"build: {_first_line(err)}")
         return row
     row["build_s"] = time.perf_counter() - started
     started = time.perf_counter()
-    shapes = fused.kernel_shapes()
     for arrays, expected in zip(inputs, references):
-        args = [tvm.runtime.tensor(a.reshape(shape), device) for a, shape in zip(arrays, shapes)]
-        library[symbol](*args)
-        got = args[-1].numpy().astype(np.float32).reshape(expected.shape)
+        calls = _arguments(kernel, arrays, device)
+        for (library, symbol), args in zip(steps, calls):
+            library[symbol](*args)
+        got = calls[-1][-1].numpy().astype(np.float32).reshape(expected.shape)
         wrong = _mismatch(expected, got)
         if wrong:
             row.update(run_s=time.perf_counter() - started, error=f"wrong result: {wrong}")
             return row
-    timer = library.time_evaluator(symbol, device, number=20, repeat=5, min_repeat_ms=10)
-    seconds = float(np.median(timer(*args).results))
+    seconds = sum(float(np.median(library.time_evaluator(symbol, device, number=20, repeat=5, min_repeat_ms=10)(
+        *args).results)) for (library, symbol), args in zip(steps, calls))
     row.update(run_s=time.perf_counter() - started, ok=True, seconds=seconds)
     return row
+
+
+def _compile(kernel, target) -> list[tuple[object, str]]:
+    """(library, symbol) of each kernel a variant runs: the template's, then a split-K's sum, which
+    is scheduled as the build schedules it (dlight)."""
+    import tvm
+    from tvm.s_tir import dlight as dl
+
+    from .extern_kernels import compile_kernels
+
+    steps = [(compile_kernels([kernel], target), kernel.symbol)]
+    if kernel.then is not None:
+        name = f"{kernel.symbol}_then"
+        mod = tvm.IRModule({name: kernel.then.with_attr("global_symbol", name)})
+        with target:
+            mod = dl.ApplyDefaultSchedule(dl.gpu.Fallback())(mod)
+            steps.append((tvm.compile(mod, target=target).mod, name))
+    return steps
+
+
+def _arguments(kernel, arrays, device) -> list[list]:
+    """Each kernel's arguments on the device from the task's arrays (its output last)."""
+    import tvm
+
+    if kernel.then is None:
+        return [[tvm.runtime.tensor(a.reshape(shape), device) for a, shape in zip(arrays, kernel.shapes)]]
+    *inputs, output = arrays
+    partials = tvm.runtime.empty(list(kernel.shapes[-1]), "float32", device)
+    first = [tvm.runtime.tensor(inputs[i].reshape(shape), device) for i, shape in zip(kernel.takes, kernel.shapes)]
+    rest = [a for i, a in enumerate(inputs) if i not in kernel.takes]
+    then = [partials] + [tvm.runtime.tensor(a.reshape(shape), device) for a, shape in
+                         zip([*rest, output], kernel.then_shapes[1:])]
+    return [[*first, partials], then]
 
 
 def _mismatch(expected: np.ndarray, got: np.ndarray) -> str | None:

@@ -74,13 +74,46 @@ class FusedGemm:
         if tile.b_layout != p.b_layout or tile.dtype != p.dtype:
             raise ValueError(f"GemmTile({tile.describe()}) is for B {tile.b_layout} {tile.dtype}; this task's B is "
                              f"{p.b_layout} {p.dtype}")
+        if tile.k_splits > 1:  # main(A, B, P): the partial sums; `summed` applies the epilogue
+            return gemm(p.m, p.n, p.k, tile, "float32").with_attr("global_symbol", symbol)
         return self._with_task_params(lambda epilogue: gemm(p.m, p.n, p.k, tile, p.out_dtype, epilogue=epilogue),
                                       symbol)
 
-    def reference(self, symbol: str):
-        """The kernel's twin in plain TIR (any target, unscheduled): the same signature, GEMM and
-        epilogue. On the CPU it checks what `kernel` is given against the task itself."""
+    def summed(self, splits: int, symbol: str):
+        """After a split-K kernel: main(P[splits, m, n], the task's other inputs, C[m, n]) with
+        C = the task's epilogue of P summed over the splits, in plain TIR (the build schedules it)."""
+        from tvm.tirx import BufferLoad, PrimFunc, decl_buffer
+
         p = self.problem
+        inputs = [(x, decl_buffer(_kernel_shape(x), str(x.ty.dtype), name=x.name)) for x in self.extras]
+        main = _sum_of_partials(p, splits, lambda acc, row, col: self.value(acc, row, col, inputs), BufferLoad)
+        partials, c2 = main.params
+        return PrimFunc([partials, *(mine for _, mine in inputs), c2], main.body,
+                        attrs=main.attrs).with_attr("global_symbol", symbol)
+
+    def partial_shapes(self, splits: int) -> list[tuple[int, ...]]:
+        """What a split-K kernel takes: A and B as 2-D, then its partial sums."""
+        p = self.problem
+        return [(p.m, p.k), (p.k, p.n) if p.b_layout == "kn" else (p.n, p.k), (splits, p.m, p.n)]
+
+    def summed_shapes(self, splits: int) -> list[tuple[int, ...]]:
+        p = self.problem
+        return [(splits, p.m, p.n), *(_kernel_shape(x) for x in self.extras), (p.m, p.n)]
+
+    @property
+    def gemm_inputs(self) -> tuple[int, int]:
+        """Where A and B are among the task's inputs."""
+        params = self.params
+        return (next(i for i, x in enumerate(params) if x.same_as(self.a)),
+                next(i for i, x in enumerate(params) if x.same_as(self.b)))
+
+    def reference(self, symbol: str, k_splits: int = 1):
+        """The kernel's twin in plain TIR (any target, unscheduled): the same signature, GEMM and
+        epilogue (with k_splits > 1: main(A, B, P), the partial sums). On the CPU it checks what
+        `kernel` is given against the task itself."""
+        p = self.problem
+        if k_splits > 1:
+            return _plain_gemm(p, None, k_splits).with_attr("global_symbol", symbol)
         return self._with_task_params(lambda epilogue: _plain_gemm(p, epilogue), symbol)
 
     def _with_task_params(self, make, symbol: str):
@@ -106,13 +139,16 @@ class FusedGemm:
                      _kernel_shape(buf)) for buf in self.params]
 
 
-def _plain_gemm(p: GemmProblem, epilogue):
-    """main(A, B, C) for `p` in plain TIR: C[i, j] = epilogue(sum_k A[i, k] * B[k, j] in fp32, i, j)."""
+def _plain_gemm(p: GemmProblem, epilogue, k_splits: int = 1):
+    """main(A, B, C) for `p` in plain TIR: C[i, j] = epilogue(sum_k A[i, k] * B[k, j] in fp32, i, j);
+    with k_splits > 1, C = P[k_splits, m, n], each split's fp32 sum over its part of K."""
     from tvm.script import tirx as T
 
     m, n, k, dtype, out_dtype = p.m, p.n, p.k, p.dtype, p.out_dtype
     b_shape = (k, n) if p.b_layout == "kn" else (n, k)
     kn = p.b_layout == "kn"
+    if k_splits > 1:
+        return _plain_partials(m, n, k, dtype, b_shape, kn, k_splits)
 
     # fmt: off
     @T.prim_func(s_tir=True, check_well_formed=False)
@@ -134,6 +170,58 @@ def _plain_gemm(p: GemmProblem, epilogue):
             with T.sblock("epilogue"):
                 vi, vj = T.axis.remap("SS", [i, j])
                 C[vi, vj] = epilogue(D[vi, vj], vi, vj)
+    # fmt: on
+    return main
+
+
+def _plain_partials(m, n, k, dtype, b_shape, kn, splits):
+    from tvm.script import tirx as T
+
+    part = k // splits
+
+    # fmt: off
+    @T.prim_func(s_tir=True)
+    def main(a: T.handle, b: T.handle, c: T.handle):
+        A = T.match_buffer(a, (m, k), dtype)
+        B = T.match_buffer(b, b_shape, dtype)
+        P = T.match_buffer(c, (splits, m, n), "float32")
+        for s, i, j, r in T.grid(splits, m, n, part):
+            with T.sblock("partial"):
+                vs, vi, vj, vr = T.axis.remap("SSSR", [s, i, j, r])
+                with T.init():
+                    P[vs, vi, vj] = T.float32(0)
+                if kn:
+                    P[vs, vi, vj] = P[vs, vi, vj] + T.Cast("float32", A[vi, vs * part + vr]) * \
+                        T.Cast("float32", B[vs * part + vr, vj])
+                else:
+                    P[vs, vi, vj] = P[vs, vi, vj] + T.Cast("float32", A[vi, vs * part + vr]) * \
+                        T.Cast("float32", B[vj, vs * part + vr])
+    # fmt: on
+    return main
+
+
+def _sum_of_partials(p: GemmProblem, splits: int, epilogue, load):
+    """main(P, C) in plain TIR: C[i, j] = epilogue(P[0, i, j] + ... + P[splits - 1, i, j], i, j)."""
+    from tvm.script import tirx as T
+
+    m, n, out_dtype = p.m, p.n, p.out_dtype
+
+    def total(P, i, j):
+        value = load(P, [0, i, j])
+        for s in range(1, splits):
+            value = value + load(P, [s, i, j])
+        return value
+
+    # fmt: off
+    @T.prim_func(s_tir=True, check_well_formed=False)
+    def main(p_ptr: T.handle, c_ptr: T.handle):
+        T.func_attr({"tirx.noalias": True})
+        P = T.match_buffer(p_ptr, (splits, m, n), "float32")
+        C = T.match_buffer(c_ptr, (m, n), out_dtype)
+        for i, j in T.grid(m, n):
+            with T.sblock("epilogue"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                C[vi, vj] = epilogue(total(P, vi, vj), vi, vj)
     # fmt: on
     return main
 

@@ -27,10 +27,13 @@ PEAK_FLOPS = 990e12  # dense fp16/bf16 tensor-core peak of an H200 (SXM)
 BM_CHOICES = (64, 128, 256)
 BN_CHOICES = (32, 64, 96, 128, 192, 256)
 STAGE_CHOICES = (3, 4, 5)
+K_SPLIT_CHOICES = (2, 3, 4, 6, 8)
+HBM_BYTES_PER_S = 4.0e12  # what a split-K sum reads and writes moves at about this rate
 
 
 def variants(m: int, n: int, k: int, dtype: str = "float16", b_layout: str = "nk") -> list[GemmTile]:
-    """Every variant the template admits for an (m, n, k) GEMM (tile order fixed at group_m=8)."""
+    """Every variant the template admits for an (m, n, k) GEMM (tile order fixed at group_m=8),
+    split-K ones for tilings of less than a wave of blocks, with at least two K-tiles a split."""
     out = []
     for bm, bn, stages, consumers, producer in itertools.product(BM_CHOICES, BN_CHOICES, STAGE_CHOICES, (1, 2),
                                                                  (True, False)):
@@ -39,24 +42,33 @@ def variants(m: int, n: int, k: int, dtype: str = "float16", b_layout: str = "nk
                             b_layout=b_layout, dtype=dtype)
         except ValueError:  # a rule of the template: too many registers, too much shared memory
             continue
-        if not tile.fits(m, n, k):
-            out.append(tile)
+        if tile.fits(m, n, k):
+            continue
+        out.append(tile)
+        if (m // bm) * (n // bn) < SMS:
+            out.extend(GemmTile(bm=bm, bn=bn, stages=stages, consumers=consumers, producer=producer,
+                                b_layout=b_layout, dtype=dtype, k_splits=splits) for splits in K_SPLIT_CHOICES
+                       if k % (tile.bk * splits) == 0 and k // (tile.bk * splits) >= 2)
     return out
 
 
 def family(tile: GemmTile) -> tuple:
-    return (tile.consumers, tile.producer, tile.bn)
+    return (tile.consumers, tile.producer, tile.bn, tile.k_splits > 1)
 
 
 def predicted_seconds(tile: GemmTile, m: int, n: int, k: int) -> float:
     """Waves of blocks times a block's work at an efficiency; a ranking, not a promise."""
     per_sm = max(1, min(SM_SHARED_BYTES // tile.shared_bytes, SM_REGISTERS // (tile.threads * 168)))
-    blocks = (m // tile.bm) * (n // tile.bn)
+    splits = tile.k_splits
+    blocks = (m // tile.bm) * (n // tile.bn) * splits
     waves = math.ceil(blocks / (SMS * per_sm))
     # wgmma's issue rate grows with N; a producer takes the loads off the consumers' path
     efficiency = 0.75 * (tile.bn / 256) ** 0.25 * (1.0 if tile.producer else 0.9) * min(1.0, per_sm * tile.consumers / 2)
-    block_flops = 2.0 * tile.bm * tile.bn * k
-    return waves * per_sm * block_flops / (PEAK_FLOPS / SMS) / efficiency + 2e-6  # + a launch
+    block_flops = 2.0 * tile.bm * tile.bn * k / splits
+    seconds = waves * per_sm * block_flops / (PEAK_FLOPS / SMS) / efficiency + 2e-6  # + a launch
+    if splits > 1:  # the partial sums written, read back and summed by a second launch
+        seconds += 2e-6 + 2 * splits * m * n * 4 / HBM_BYTES_PER_S
+    return seconds
 
 
 @dataclass
@@ -125,5 +137,6 @@ class VariantSearch:
     def record(tile: GemmTile, seconds: float | None) -> dict:
         """A measurement as data that rebuilds the variant: GemmTile(**record["tile"])."""
         return {"tile": {name: getattr(tile, name) for name in
-                         ("bm", "bn", "stages", "consumers", "group_m", "producer", "b_layout", "dtype")},
+                         ("bm", "bn", "stages", "consumers", "group_m", "producer", "b_layout", "dtype",
+                          "k_splits")},
                 "seconds": seconds}
