@@ -109,3 +109,16 @@ def test_a_tile_for_another_layout_or_dtype_is_refused_for_the_task():
     fused = match_fused_gemm(tasks["fused_matmul_cast1_add2"].dispatched[0])
     with pytest.raises(ValueError, match=re.escape("this task's B is kn float16")):
         fused.kernel(GemmTile(bm=64, bn=64, stages=3, b_layout="nk"), "kb_x")
+
+
+def test_split_k_variants_write_fp32_partials_and_refuse_an_epilogue():
+    tile = GemmTile(bm=64, bn=64, stages=4, b_layout="kn", k_splits=6)
+    main = gemm(128, 768, 3072, tile, "float32")
+    assert [tuple(int(d) for d in p.ty.shape) for p in main.params] == [(128, 3072), (3072, 768), (6, 128, 768)]
+    source = compile_gemm(128, 768, 3072, tile, "float32").mod.imports[0].inspect_source()
+    assert "wgmma.mma_async" in source and "cp.async.bulk.tensor" in source
+    with pytest.raises(ValueError, match=re.escape("k_splits=6 writes fp32 partial sums")):
+        gemm(128, 768, 3072, tile, "float16")
+    assert tile.fits(128, 768, 3072) == [] and tile.fits(128, 768, 1024) == ["K=1024 is not a multiple of 384"]
+    with pytest.raises(ValueError, match=re.escape("k_splits=9: 1 to 8")):
+        GemmTile(k_splits=9)

@@ -87,3 +87,15 @@ def test_bad_inputs_are_refused_with_the_rule():
     stranger = variants(4096, 4096, 4096)[-1]
     with pytest.raises(ValueError, match="is not a variant of 128x768x768"):
         search.tell(stranger, 1e-3)
+
+
+def test_split_k_is_offered_for_tilings_under_a_wave_with_two_k_tiles_a_split():
+    from kb_tvm.search.hopper_variants import SMS, variants
+
+    small = variants(128, 768, 3072, b_layout="kn")  # BERT's FFN down: 24 tiles of 64x64
+    splits = {t.k_splits for t in small}
+    assert splits == {1, 2, 3, 4, 6, 8}
+    assert all(3072 // (t.bk * t.k_splits) >= 2 for t in small)
+    big = variants(4096, 4096, 4096, b_layout="kn")
+    assert {t.k_splits for t in big} == {1}  # a full wave or more: nothing to gain
+    assert all((4096 // t.bm) * (4096 // t.bn) >= SMS or t.k_splits == 1 for t in big)
