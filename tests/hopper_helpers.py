@@ -12,7 +12,13 @@ def bert_fp16_tasks():
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from kb_tvm.model_tuning import apply_math, load_onnx, lower_precision, prepare, to_relax
+    from kb_tvm.model_tuning import (
+        apply_math,
+        load_onnx,
+        lower_precision,
+        prepare,
+        to_relax,
+    )
 
     target = tvm.target.Target("llvm")
     model = load_onnx(SHIPPED_BERT, {"input_ids": (1, 128), "attention_mask": (1, 128)})

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from hopper_helpers import bert_fp16_tasks
 
 
@@ -56,10 +55,10 @@ def _run(executable, inputs):
 
 def test_a_models_tasks_run_through_outside_kernels_and_compute_the_same(tmp_path):
     import tvm
+    from hopper_helpers import SHIPPED_BERT
 
     from kb_tvm.model_tuning import build, example_inputs, load_onnx
     from kb_tvm.model_tuning.extern_kernels import use_kernels
-    from hopper_helpers import SHIPPED_BERT
 
     mod, tasks, target = bert_fp16_tasks()
     kernels = _twins(tasks)
@@ -82,9 +81,10 @@ def test_a_models_tasks_run_through_outside_kernels_and_compute_the_same(tmp_pat
 
 
 def test_split_k_kernels_sum_their_partials_in_a_kernel_of_the_build_which_applies_the_epilogue():
+    from hopper_helpers import SHIPPED_BERT
+
     from kb_tvm.model_tuning import build, example_inputs, load_onnx
     from kb_tvm.model_tuning.extern_kernels import use_kernels
-    from hopper_helpers import SHIPPED_BERT
 
     mod, tasks, target = bert_fp16_tasks()
     kernels = _twins(tasks, k_splits=4)

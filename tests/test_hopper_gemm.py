@@ -6,9 +6,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from kb_tvm.schedules.hopper_gemm import GemmTile, compile_gemm, gemm
-
 from hopper_helpers import bert_fp16_tasks
+from kb_tvm.schedules.hopper_gemm import GemmTile, compile_gemm, gemm
 
 # the variants a tuner would try on transformer shapes: 1 and 2 consumer warpgroups, narrow and
 # wide N, shallow and deep pipelines
@@ -82,8 +81,8 @@ def test_a_fused_tasks_kernel_computes_its_epilogue_and_takes_its_parameters_in_
     """BERT's FFN-up task (bias, erf's GELU with scalar constants) as the template's kernel: the
     task's seven parameters in its order, A, B and C as 2-D; the GELU's erf in the device code."""
     import tvm
-
     from kb_tvm.schedules.hopper_gemm import sm90a_target
+
     from kb_tvm.search.hopper_match import match_fused_gemm
 
     _, tasks, _ = bert_fp16_tasks()

@@ -6,12 +6,15 @@ from __future__ import annotations
 import re
 
 import pytest
-
-from kb_tvm.search.hopper_match import GemmProblem, NotAHopperGemm, match_fused_gemm, match_gemm
+from hopper_helpers import bert_fp16_tasks
 from kb_tvm.workloads import get_workload
 
-from hopper_helpers import bert_fp16_tasks
-
+from kb_tvm.search.hopper_match import (
+    GemmProblem,
+    NotAHopperGemm,
+    match_fused_gemm,
+    match_gemm,
+)
 
 
 def test_the_fp16_and_bf16_gemms_are_read_with_b_as_k_by_n_and_fp32_out():
