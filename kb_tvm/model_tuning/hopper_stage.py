@@ -4,12 +4,13 @@ Each task the template computes, epilogue included (search/hopper_match.py), get
 search (search/hopper_variants.py) before MetaSchedule's search starts, hottest task first, on
 this machine's GPU. Every variant is run once and compared with the task as the untuned build
 computes it, on the same activation-like inputs, before it is timed: a wrong result is a failed
-variant, never a choice. After MetaSchedule's search, a task uses the template's kernel where it
-beats the schedule the build would use otherwise (`choose`).
+variant, never a choice. After MetaSchedule's search, the model is built with each set of
+`options` (none, those faster alone than the task's schedule, all) and the fastest end to end
+that still matches the reference is kept.
 
 Every measured variant is a line of `hopper.jsonl` in the work dir (task, shape, the template's
-parameters, seconds, build and run seconds, whether it computed right): `--resume` replays it,
-and a tuned model is rebuilt from it. Left out: an RPC runner does not measure these variants
+parameters, seconds, build and run seconds, whether it computed right): `--resume` replays it, so
+a measured variant is not measured again. Left out: an RPC runner does not measure these variants
 (the local GPU does), and MetaSchedule's database does not hold them (they are not schedules of
 the task's TIR)."""
 
