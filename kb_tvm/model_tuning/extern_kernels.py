@@ -30,6 +30,10 @@ class ExternKernel:
     then: object | None = None
     then_shapes: tuple = ()
 
+    @property
+    def then_symbol(self) -> str:
+        return f"{self.symbol}_then"
+
 
 def compile_kernels(kernels: list[ExternKernel], target):
     """One runtime module holding every kernel (they share a TIR pipeline and arch), or None."""
@@ -80,7 +84,7 @@ def use_kernels(mod, kernels: list[ExternKernel]):
                 relax.ExternFunc(kernel.symbol), relax.Tuple(args), relax.TensorType(list(out_shape), out_dtype)))
             if kernel.then is not None:
                 if kernel.task not in self.then:
-                    name = f"{kernel.symbol}_then"
+                    name = kernel.then_symbol
                     self.then[kernel.task] = self.builder_.add_func(kernel.then.with_attr("global_symbol", name), name)
                 rest = [arg for i, arg in enumerate(given) if i not in takes]
                 *_, then_out = kernel.then_shapes

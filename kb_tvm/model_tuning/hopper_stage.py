@@ -200,7 +200,7 @@ def _compile(kernel, target) -> list[tuple[object, str]]:
 
     steps = [(compile_kernels([kernel], target), kernel.symbol)]
     if kernel.then is not None:
-        name = f"{kernel.symbol}_then"
+        name = kernel.then_symbol
         mod = tvm.IRModule({name: kernel.then.with_attr("global_symbol", name)})
         with target:
             mod = dl.ApplyDefaultSchedule(dl.gpu.Fallback())(mod)

@@ -63,7 +63,6 @@ class FusedGemm:
             computed.append((block.body.buffer, value))
         return value
 
-
     def kernel(self, tile, symbol: str):
         """The template's kernel for this task and variant, exported as `symbol`. It takes the task's
         parameters in the task's order, A, B and C as 2-D (the caller reshapes them: a view), the
@@ -82,10 +81,10 @@ class FusedGemm:
     def summed(self, splits: int, symbol: str):
         """After a split-K kernel: main(P[splits, m, n], the task's other inputs, C[m, n]) with
         C = the task's epilogue of P summed over the splits, in plain TIR (the build schedules it)."""
-        from tvm.tirx import BufferLoad, PrimFunc, decl_buffer
+        from tvm.tirx import BufferLoad, PrimFunc
 
         p = self.problem
-        inputs = [(x, decl_buffer(_kernel_shape(x), str(x.ty.dtype), name=x.name)) for x in self.extras]
+        inputs = self._kernel_inputs()
         main = _sum_of_partials(p, splits, lambda acc, row, col: self.value(acc, row, col, inputs), BufferLoad)
         partials, c2 = main.params
         return PrimFunc([partials, *(mine for _, mine in inputs), c2], main.body,
@@ -93,12 +92,13 @@ class FusedGemm:
 
     def partial_shapes(self, splits: int) -> list[tuple[int, ...]]:
         """What a split-K kernel takes: A and B as 2-D, then its partial sums."""
+        a, b, _ = self._gemm_shapes()
         p = self.problem
-        return [(p.m, p.k), (p.k, p.n) if p.b_layout == "kn" else (p.n, p.k), (splits, p.m, p.n)]
+        return [a, b, (splits, p.m, p.n)]
 
     def summed_shapes(self, splits: int) -> list[tuple[int, ...]]:
         p = self.problem
-        return [(splits, p.m, p.n), *(_kernel_shape(x) for x in self.extras), (p.m, p.n)]
+        return [(splits, p.m, p.n), *(_kernel_shape(x) for x in self.extras), self._gemm_shapes()[2]]
 
     @property
     def gemm_inputs(self) -> tuple[int, int]:
@@ -118,25 +118,33 @@ class FusedGemm:
 
     def _with_task_params(self, make, symbol: str):
         """`make(epilogue)` -> main(A, B, C), re-signed to take the task's parameters."""
-        from tvm.tirx import PrimFunc, decl_buffer
+        from tvm.tirx import PrimFunc
 
-        # the task's own buffers do not flatten in TIRx's pipeline (a 3-D residual failed): the
-        # kernel reads fresh buffers of the same shapes
-        inputs = [(x, decl_buffer(_kernel_shape(x), str(x.ty.dtype), name=x.name)) for x in self.extras]
+        inputs = self._kernel_inputs()
         main = make(lambda acc, row, col: self.value(acc, row, col, inputs))
         a2, b2, c2 = main.params
         params = [a2 if x.same_as(self.a) else b2 if x.same_as(self.b) else c2 if x.same_as(self.c)
                   else next(mine for theirs, mine in inputs if x.same_as(theirs)) for x in self.params]
         return PrimFunc(params, main.body, attrs=main.attrs).with_attr("global_symbol", symbol)
 
+    def _kernel_inputs(self) -> list:
+        """(task buffer, kernel buffer) for each epilogue input. The task's own buffers do not
+        flatten in TIRx's pipeline (a 3-D residual failed): the kernel reads fresh ones of the
+        same shapes."""
+        from tvm.tirx import decl_buffer
+
+        return [(x, decl_buffer(_kernel_shape(x), str(x.ty.dtype), name=x.name)) for x in self.extras]
+
+    def _gemm_shapes(self) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
+        """A, B and C as the template takes them: 2-D."""
+        p = self.problem
+        return (p.m, p.k), (p.k, p.n) if p.b_layout == "kn" else (p.n, p.k), (p.m, p.n)
+
     def kernel_shapes(self) -> list[tuple[int, ...]]:
         """The shape the kernel takes each parameter in (A, B, C as 2-D)."""
-        p = self.problem
-        flat = {id(self.a): (p.m, p.k), id(self.b): (p.k, p.n) if p.b_layout == "kn" else (p.n, p.k),
-                id(self.c): (p.m, p.n)}
-        return [next((shape for x, shape in ((self.a, flat[id(self.a)]), (self.b, flat[id(self.b)]),
-                                             (self.c, flat[id(self.c)])) if buf.same_as(x)),
-                     _kernel_shape(buf)) for buf in self.params]
+        flat = list(zip((self.a, self.b, self.c), self._gemm_shapes()))
+        return [next((shape for x, shape in flat if buf.same_as(x)), None) or _kernel_shape(buf)
+                for buf in self.params]
 
 
 def _plain_gemm(p: GemmProblem, epilogue, k_splits: int = 1):
