@@ -196,6 +196,30 @@ def test_evolution_reaches_children_of_children_the_model_chose_without_measurin
     task.stop("test over")
 
 
+def test_the_sampler_draws_as_many_as_asked_each_time(tmp_path, llvm_target):
+    """MetaSchedule's ReplayTrace draws the count its pre_tuning got at every call: a sampler
+    made for a first chunk of 2 gave 2 ever after, and the 10 missing of 12 counted as failed."""
+    import numpy as np
+    from tvm.s_tir import meta_schedule as ms
+
+    from kb_tvm.decision_log import DecisionLog
+    from kb_tvm.search import CandidateFactory, SearchOptions
+    from kb_tvm.templates import load_templates
+    from kb_tvm.workloads import get_workload
+
+    context = ms.TuneContext(mod=get_workload("gemm-128").module(), target=llvm_target, space_generator="post-order-apply",
+                             task_name="gemm-128", num_threads=2, rand_state=1)
+    factory = CandidateFactory(context=context, design_spaces=context.generate_design_space(),
+                               templates=load_templates("llvm"), options=SearchOptions(seed=1),
+                               rng=np.random.default_rng(1), log=DecisionLog.for_task(str(tmp_path), "gemm-128", None))
+    try:
+        counts = [len(factory.sample(0, n)) for n in (2, 12, 12, 5)]
+    finally:
+        factory.close()
+    assert counts == [2, 12, 12, 5]  # every sample of this space is valid: none dropped
+    assert factory.dropped == {"postproc": 0, "duplicate": 0, "verify": 0}
+
+
 def test_a_second_run_on_the_same_database_starts_from_the_first_runs_best(tmp_path, llvm_target):
     _tune("gemm-128", llvm_target, tmp_path, "12s")
     (log_path,) = (tmp_path / "kb_logs").glob("*.jsonl")

@@ -79,7 +79,7 @@ class CandidateFactory:
         self.workers = self.num_cores
         self.executor = ThreadPoolExecutor(self.workers, thread_name_prefix="kb-search")
         self._local = threading.local()
-        self.samplers: dict[int, object] = {}  # design space -> ReplayTrace drawing its samples
+        self.samplers: dict[tuple[int, int], object] = {}  # (design space, count) -> ReplayTrace drawing them
         self.tile_plans: dict[int, tuple | None] = {}  # design space -> (extents, WmmaLimits) or None
         self.unfit_spaces: set[int] = set()  # sketches no tiling of which fits the GPU: dropped
 
@@ -114,12 +114,14 @@ class CandidateFactory:
                                      picks=picks)
             return made
 
-        sampler = self.samplers.get(space_index)
+        # a ReplayTrace draws the count its pre_tuning was given at every call (one sampler per
+        # space drew its first call's count ever after: asked 16, it gave 2 and called 14 failed)
+        sampler = self.samplers.get((space_index, count))
         if sampler is None:
             sampler = ReplayTrace(max_fail_count=64)
             sampler._initialize_with_tune_context(self.ctx)
             sampler.pre_tuning(1 << 30, count, [self.spaces[space_index]], None, None)
-            self.samplers[space_index] = sampler
+            self.samplers[space_index, count] = sampler
         drawn = sampler.generate_measure_candidates() or []
         self.dropped["postproc"] += max(0, count - len(drawn))  # ReplayTrace's own failures, at least
         checked = self.executor.map(self._verify, [c.sch for c in drawn])
