@@ -52,6 +52,35 @@ def test_kbs_rules_run_their_own_phases_and_find_the_bottom_of_thebowl():
     assert env.surrogate_trials == 0
 
 
+def test_when_evolution_finds_nothing_new_the_search_samples_and_stops_only_when_the_space_is_spent(monkeypatch):
+    """Mutation can come back empty (every child seen before, or a busy machine out of proposing
+    time before one was new): kb's search samples instead of stopping the task, refining too,
+    and says it found no candidate only once the space has none left."""
+    from kb_tvm.replay.policies import ReplayFactory, RulesPolicy
+    from kb_tvm.search.options import SearchOptions
+
+    monkeypatch.setattr(ReplayFactory, "mutate", lambda self, parents, count, **_: [])
+    options = SearchOptions(min_total_gain=0.0)  # no stop for want of gain: this is about candidates
+    # 60 s: refining from 51 s (no fresh samples planned), with most of the 144 schedules unmeasured
+    env = ReplayEnv(made_up(bowl), budget=60)
+    policy = RulesPolicy(options=options)
+    policy.run(env, seed=0)
+    assert any(e["event"] == "phase" and e["phase"] == "refine" for e in policy.events)
+    assert policy.events[-1]["reason"] != "no new valid candidate could be generated"
+    assert env.budget.exhausted or "overrun" in policy.events[-1]["reason"]
+    refined = [c for e in policy.events if e["event"] == "batch" and e["phase"] == "refine" for c in e["candidates"]]
+    assert any(c["origin"] == "sample" for c in refined)
+
+    spent = ReplayEnv(made_up(bowl), budget=10_000)
+    policy = RulesPolicy(options=options)
+    policy.run(spent, seed=0)
+    assert [e["event"] for e in policy.events][-2:] == ["widened", "stop"]
+    assert policy.events[-1]["reason"] == "no new valid candidate could be generated"
+    assert not spent.budget.exhausted and spent.best_s == pytest.approx(1e-5)
+    remeasured = sum(c["origin"] == "remeasure" for e in policy.events if e["event"] == "batch" for c in e["candidates"])
+    assert spent.trials - remeasured == spent.dataset.size  # fresh samples not chosen were kept for later
+
+
 def test_a_schedule_the_dataset_lacks_snaps_to_a_recorded_one_or_asks_the_surrogate():
     data = made_up(bowl)
     data.points = [p for p in data.points if p.decisions != ((2, TILES[3]), (4, TILES[2]), (7, UNROLL[2]))]

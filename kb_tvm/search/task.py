@@ -359,6 +359,10 @@ class FinePhase:
         for cand in failed:  # did not lower: what the failure model learns from
             plan.failures.observe(cand.keys, True)
         chosen = [proposals[i] for i in order]
+        # fresh samples not chosen stay valid and unmeasured: back to the pool (the factory
+        # drops a schedule it has seen before, so one left out here could never come back)
+        taken = set(order)
+        task.pool += [c for i, c in enumerate(proposals) if i not in taken and c.origin == "sample" and c.verified]
         gain, seconds = scores["gain"][order], scores["seconds"][order]
         rate = float(gain.sum() / max(seconds.sum(), 1e-9)) if len(order) else 0.0
         task.log.write("proposals", phase=self.name, proposed=len(proposals), chosen=len(chosen),
@@ -398,6 +402,10 @@ class FinePhase:
             proposals += children
             population = sorted(population + list(zip(map(float, task.rank_keys(children)), children)),
                                 key=lambda pair: pair[0])[: task.opt.population]
+        if not proposals:
+            # nothing new near the parents (every child seen before, or no time left to propose):
+            # explore instead, enough to fill the batch twice; an empty batch would stop the task
+            fresh = max(fresh, 2 * math.ceil(count / task.opt.proposals_per_trial))
         explored = []
         while task.pool and len(explored) < fresh:  # coarse samples of the kept regions not yet measured
             explored.append(task.pool.pop(int(task.rng.integers(len(task.pool)))))
@@ -405,5 +413,12 @@ class FinePhase:
             kept = plan.kept_regions
             spaces = sorted({int(name.split("/")[0][1:]) for name in kept}) or list(range(len(factory.spaces)))
             explored += factory.sample(int(task.rng.choice(spaces)), fresh - len(explored))
+        if not proposals and not explored:  # the kept regions' space gave nothing new either: any space
+            for space in task.rng.permutation(len(factory.spaces)):
+                explored += factory.sample(int(space), fresh)
+                if explored:
+                    break
+            task.log.write("widened", why="no new candidate near the measured best nor in the kept regions' "
+                           "design space: sampled every design space", found=len(explored))
         factory.extract_features(explored)
         return proposals + explored
