@@ -11,9 +11,10 @@ from kb_tvm.replay import ReplayEnv, RulesPolicy
 @pytest.fixture(scope="module")
 def trained():
     """Trained where every schedule is as fast as the next (nothing to gain) and on a bowl with
-    a 30% gain to find; seconds are dear (a whole budget of them costs 0.5 in log-latency)."""
+    a 30% gain to find; seconds are dear (a whole budget of them costs 0.5 in log-latency).
+    16 episodes each: with 8, what the agent learnt of the first state changed with the seed."""
     flat, curved = made_up(lambda i, j, u: 2e-5), made_up(bowl)
-    transitions = collect([flat, curved], budget=60, episodes=8, seed=0, seconds_cost=0.5)
+    transitions = collect([flat, curved], budget=60, episodes=16, seed=0, seconds_cost=0.5, jobs=2)
     return fit(transitions, source="made-up"), flat, curved
 
 
@@ -28,9 +29,10 @@ def test_the_agent_learns_to_stop_where_gains_vanish(trained):
     policy, flat, curved = trained
     first, env = _first_macro(policy, flat)
     assert first["action"] == "stop" and first["source"] == "policy"
-    assert env.seconds < 20  # one coarse batch and no more, of a 60-s budget
+    assert env.seconds < 10  # one coarse batch (9 s) and no more, of a 60-s budget
     first, env = _first_macro(policy, curved)
-    assert first["action"] != "stop" and env.seconds > 20
+    # where there is a gain to find it goes on past the coarse batch (how far, the reward decides)
+    assert first["action"] != "stop" and env.seconds > 10
 
 
 def test_the_rules_take_over_out_of_distribution(trained):

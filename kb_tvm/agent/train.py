@@ -26,8 +26,11 @@ from ..replay.dataset import Dataset
 from .policy import VALUED, MacroPolicy
 from .state import observe
 
-PARAMS = {"max_depth": 3, "eta": 0.1, "subsample": 0.8, "objective": "reg:squarederror", "nthread": 1,
-          "verbosity": 0}
+# exact splits: a few hundred transitions, and a split halfway between two seen values; the
+# histogram method splits at a seen value, so a state just short of the least seen spread (a
+# curved space) was valued as a flat one's
+PARAMS = {"max_depth": 3, "eta": 0.1, "subsample": 0.8, "tree_method": "exact", "objective": "reg:squarederror",
+          "nthread": 1, "verbosity": 0}
 
 
 @dataclass
