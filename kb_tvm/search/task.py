@@ -402,7 +402,8 @@ class FinePhase:
             proposals += children
             population = sorted(population + list(zip(map(float, task.rank_keys(children)), children)),
                                 key=lambda pair: pair[0])[: task.opt.population]
-        if not proposals:
+        mutated_nothing = bool(elites) and not proposals
+        if mutated_nothing:
             # nothing new near the parents (every child seen before, or no time left to propose):
             # explore instead, enough to fill the batch twice; an empty batch would stop the task
             fresh = max(fresh, 2 * math.ceil(count / task.opt.proposals_per_trial))
@@ -413,12 +414,14 @@ class FinePhase:
             kept = plan.kept_regions
             spaces = sorted({int(name.split("/")[0][1:]) for name in kept}) or list(range(len(factory.spaces)))
             explored += factory.sample(int(task.rng.choice(spaces)), fresh - len(explored))
-        if not proposals and not explored:  # the kept regions' space gave nothing new either: any space
+        every_space = not proposals and not explored
+        if every_space:  # nothing new from the kept regions' space either: any design space
             for space in task.rng.permutation(len(factory.spaces)):
                 explored += factory.sample(int(space), fresh)
                 if explored:
                     break
-            task.log.write("widened", why="no new candidate near the measured best nor in the kept regions' "
-                           "design space: sampled every design space", found=len(explored))
+        if mutated_nothing:
+            task.log.write("widened", why="mutation gave no new candidate: sampled "
+                           + ("every design space" if every_space else "the kept regions"), found=len(explored))
         factory.extract_features(explored)
         return proposals + explored
