@@ -152,6 +152,8 @@ def _all() -> dict[str, Workload]:
     conv = (1, 64, 56, 64, 3, 1, 1)
     items.append(Workload("conv2d-56x56x64", "conv2d NCHW 1x64x56x56, 64 filters 3x3, stride 1 (ResNet)",
                           _conv_flops(*conv), _conv2d(*conv)))
+    items.append(Workload("conv2d-nhwc-56x56x64", "conv2d NHWC 1x56x56x64, 64 filters 3x3, stride 1, float32 "
+                          "(ResNet's conv in channels-last)", _conv_flops(*conv), _conv2d_nhwc(*conv, "float32")))
     items.append(Workload("conv2d-nhwc-56x56x64-fp16", "conv2d NHWC 1x56x56x64, 64 filters 3x3, stride 1, "
                           "float16 in, float32 accumulate (ResNet; tensor-core space on CUDA)", _conv_flops(*conv),
                           _conv2d_nhwc(*conv, "float16"), cuda_space="cuda-tensorcore"))

@@ -323,8 +323,9 @@ class CandidateFactory:
         from tvm.s_tir.meta_schedule import MeasureCandidate
         from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
-        func = next(iter(cand.sch.mod.functions.values()))
-        return MeasureCandidate(cand.sch, ArgInfo.from_prim_func(func))
+        # the arguments of the function as built: where MetaSchedule's RewriteLayout packed a
+        # weight (layout-free buffers on CPUs), the packed shape, not the task's (as stock's search)
+        return MeasureCandidate(cand.sch, ArgInfo.from_entry_func(cand.sch.mod, remove_preproc=True))
 
 
 
