@@ -61,7 +61,7 @@ from .measure.pipeline import BuildPool, Measurer
 from .measure.remote import RemoteMeasurer
 from .measure.records import merged_seconds, record_latency
 from .measure.timing import TimingPolicy
-from .measure.workers import argument_signature, cuda_compiler
+from .measure.workers import argument_signature, built_arguments, cuda_compiler
 from .search import FEATURE_VERSION, CandidateFactory, SearchOptions, TaskSearch
 from .search.tensor_core_space import align_bf16_staging, tensor_core_rules
 from .templates import load_templates
@@ -556,7 +556,8 @@ class KBBuilder(PyBuilder):
 
             def on_built(index: int, outcome) -> None:
                 if outcome.error is None:
-                    self.stream_to.prefetch(outcome.value, _entry_signature(build_inputs[index].mod))
+                    signature = argument_signature(built_arguments(build_inputs[index].mod))
+                    self.stream_to.prefetch(outcome.value, signature)
 
         self.last_batch = self.pool.build([(b.mod, b.target) for b in build_inputs], on_built)
         results = [BuilderResult(o.value, None) if o.error is None else BuilderResult(None, o.error)
@@ -570,13 +571,6 @@ class KBBuilder(PyBuilder):
 
     def close(self) -> None:
         self.pool.close()
-
-
-def _entry_signature(mod) -> tuple:
-    """What MetaSchedule will give the runner as the candidate's arguments."""
-    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
-
-    return argument_signature(ArgInfo.from_entry_func(mod, remove_preproc=True))
 
 
 @derived_object

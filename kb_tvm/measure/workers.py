@@ -62,6 +62,14 @@ def build(mod, target, out_dir: str) -> tuple[str, float, int]:
     return path, time.perf_counter() - started, os.getpid()
 
 
+def built_arguments(mod) -> list:
+    """MetaSchedule ArgInfos of a scheduled module's function as `build` builds it: without the
+    weight-layout preprocessing block, so a weight RewriteLayout packed takes its packed shape."""
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+
+    return ArgInfo.from_entry_func(mod, remove_preproc=True)
+
+
 def argument_signature(args_info) -> tuple:
     """MetaSchedule ArgInfos as a hashable key: ("TENSOR", dtype, shape) each."""
     return tuple((kind, str(dtype), tuple(int(d) for d in shape)) for kind, dtype, shape in

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..measure.pipeline import OUR_BUGS
+from ..measure.workers import built_arguments
 from ..measure.targets import build_config
 from ..schedule_props import schedule_properties
 from ..templates import Template
@@ -321,11 +322,10 @@ class CandidateFactory:
     @staticmethod
     def measure_candidate(cand: Candidate):
         from tvm.s_tir.meta_schedule import MeasureCandidate
-        from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
-        # the arguments of the function as built: where MetaSchedule's RewriteLayout packed a
-        # weight (layout-free buffers on CPUs), the packed shape, not the task's (as stock's search)
-        return MeasureCandidate(cand.sch, ArgInfo.from_entry_func(cand.sch.mod, remove_preproc=True))
+        # the arguments of the function as built (a packed weight in its packed shape, as
+        # stock's search gives them), not the task's
+        return MeasureCandidate(cand.sch, built_arguments(cand.sch.mod))
 
 
 
