@@ -124,18 +124,25 @@ class KBSearch(PySearchStrategy):
     on how many, so one seed proposes the same first batch; the measurements' noise and the
     wall-clock budget still make two runs part later. `agent`: a trained `kb_tvm.agent.MacroPolicy`
     that picks each fine-phase batch's macro-action (the rules where it is unsure; None: the
-    rules alone). Other options: `SearchOptions`.
+    rules alone). `outside_best`: task name -> the best seconds already measured for that task
+    outside MetaSchedule's space (the Hopper template's kernel); its search spends seconds only
+    where it expects to beat them. Other options: `SearchOptions`.
     """
 
     def __init__(self, *, budget: str | float | TuningBudget, templates_dir: str | None = None,
                  log_dir: str | None = None, on_event: Callable[[dict], None] | None = None,
-                 experience: Experience | None = None, agent=None, **options) -> None:
+                 experience: Experience | None = None, agent=None,
+                 outside_best: dict[str, float] | None = None, **options) -> None:
         from .agent import MacroPolicy
 
         _check("experience", experience, experience is None or isinstance(experience, Experience),
                "must be a kb_tvm.Experience or None")
         _check("agent", agent, agent is None or isinstance(agent, MacroPolicy),
                "must be a kb_tvm.agent.MacroPolicy or None")
+        _check("outside_best", outside_best, outside_best is None or (isinstance(outside_best, dict) and all(
+            isinstance(v, (int, float)) and v > 0 for v in outside_best.values())),
+               "must map task names to seconds > 0, or be None")
+        self.outside_best = dict(outside_best or {})
         self.experience = experience
         self.agent = agent
         self.budget = budget if isinstance(budget, TuningBudget) else TuningBudget(budget)
@@ -183,11 +190,12 @@ class KBSearch(PySearchStrategy):
         self.task = TaskSearch(context=self.context, design_spaces=design_spaces, templates=templates,
                                budget=self.budget.task(task_name), options=options, max_trials=int(max_trials),
                                trials_per_batch=int(num_trials_per_iter), log=log, borrowed=borrowed,
-                               prior=prior, steer=self.agent)
+                               prior=prior, steer=self.agent, outside_best_s=self.outside_best.get(task_name))
         log.write("start", task=self.context.task_name, target=str(self.context.target.export()),
                   budget_s=self.budget.total, budget_spent_s=self.budget.spent, max_trials=int(max_trials),
                   trials_per_batch=int(num_trials_per_iter), design_spaces=len(design_spaces),
-                  templates=[{"name": t.name, "why": t.why} for t in templates], options=vars(options))
+                  templates=[{"name": t.name, "why": t.why} for t in templates], options=vars(options),
+                  outside_best_ms=None if task_name not in self.outside_best else self.outside_best[task_name] * 1e3)
         if database is not None and database.has_workload(self.context.mod):
             # an interrupted or earlier run's best: they parent the search, unmeasured again
             records = database.get_top_k(database.commit_workload(self.context.mod), options.population)
@@ -222,7 +230,8 @@ class KBSearch(PySearchStrategy):
     def clone(self) -> SearchStrategy:
         # clones (one per task) share the budget: it counts seconds of the whole job
         return KBSearch(budget=self.budget, templates_dir=self.templates_dir, log_dir=self.log_dir,
-                        on_event=self.on_event, experience=self.experience, agent=self.agent, **vars(self.options))
+                        on_event=self.on_event, experience=self.experience, agent=self.agent,
+                        outside_best=self.outside_best, **vars(self.options))
 
 
 @derived_object
@@ -270,18 +279,21 @@ class ProgressRecorder(PyMeasureCallback):
         self.best_ms = math.inf
 
     def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
-        batch_best = math.inf
-        for result in runner_results:
-            self.trials += 1
-            seconds = _mean_seconds(result)
-            if seconds is None:
-                self.failed += 1
-            else:
-                batch_best = min(batch_best, seconds * 1e3)
+        self.add(str(task_scheduler.tasks_[task_id].ctx.task_name), [
+            None if (seconds := _mean_seconds(result)) is None else seconds * 1e3 for result in runner_results],
+            task_id=int(task_id))
+
+    def add(self, task: str, latencies_ms: list[float | None], task_id: int | None = None) -> None:
+        """A measured batch (None: a failed candidate); also for kernels measured outside
+        MetaSchedule (the Hopper template's variants, task_id None)."""
+        ok = [ms for ms in latencies_ms if ms is not None]
+        batch_best = min(ok, default=math.inf)
+        self.trials += len(latencies_ms)
+        self.failed += len(latencies_ms) - len(ok)
         self.best_ms = min(self.best_ms, batch_best)
         point = {"seconds": round(time.monotonic() - self.started, 3), "trials": self.trials,
                  "failed": self.failed, "best_ms": None if math.isinf(self.best_ms) else self.best_ms,
-                 "task_id": int(task_id), "task": str(task_scheduler.tasks_[task_id].ctx.task_name),
+                 "task_id": task_id, "task": task,
                  "batch_best_ms": None if math.isinf(batch_best) else batch_best}
         self.curve.append(point)
         if self.on_progress is not None:

@@ -130,6 +130,11 @@ def _show_event(record: dict) -> None:
         click.echo(f"{record['phase']}: {record['why']}")
     elif event == "stop" and record["reason"] != "budget spent":
         click.echo(f"stop: {record['reason']}")
+    elif event == "hopper_best":
+        click.echo(f"Hopper template region: best variant {record['tile']}, {record['seconds'] * 1e3:.4f} ms; "
+                   "MetaSchedule's regions search to beat it")
+    elif event == "hopper_skip" and "RPC" in record["why"]:
+        click.echo(f"Hopper template region skipped: {record['why']}")
 
 
 @main.command("ops")
@@ -209,6 +214,11 @@ def tune_op(name, budget, target, work_dir, strategy, pipeline, trials_per_batch
     click.echo(f"best {result.final_ms:.4f} ms ({result.gflops:.1f} GFLOP/s, re-timed), "
                f"{result.trials} trials ({result.failed} failed), {format_seconds(result.seconds)}; "
                f"stopped: {result.stop_reason}")
+    if result.template is not None:
+        tile = ", ".join(f"{k}={v}" for k, v in result.template["tile"].items())
+        click.echo(f"Hopper template's best variant ({tile}): {result.template['ms']:.4f} ms, "
+                   + ("the best (in hopper.jsonl; MetaSchedule's database holds MetaSchedule's best)"
+                      if result.template["beats_metaschedule"] else "slower than MetaSchedule's best"))
     click.echo(f"records: {work_dir}/database_tuning_record.json"
                + (f"  decision log: {work_dir}/kb_logs/" if strategy in ("kb", "agent") else ""))
     if json_out:

@@ -40,6 +40,9 @@ class TuneResult:
     curve: list[dict] = field(default_factory=list)
     stop_reason: str | None = None
     pipeline: str = "kb"
+    # the Hopper template's best variant where it was a region of this search: its parameters,
+    # ms, and whether it beat MetaSchedule's best (then final_ms is its time)
+    template: dict | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -134,7 +137,9 @@ def tune_operator(
     pipeline: the builder and runner when none are given: kb's persistent ones or stock's.
     seed, repeatable: see KBSearch's options of those names.
     quiet: keep MetaSchedule's per-batch tables out of the console (they still go to work_dir/logs).
-    experience: a kb_tvm.Experience to warm-start from and add to (kb only); None: cold."""
+    experience: a kb_tvm.Experience to warm-start from and add to (kb only); None: cold.
+    kb and agent on an sm_90 GPU also open the Hopper template's region for an fp16/bf16 GEMM
+    (`template_region`); `final_ms` is then the faster of it and MetaSchedule's best."""
     from tvm.s_tir import meta_schedule as ms
 
     from .adapter import (
@@ -193,6 +198,12 @@ def tune_operator(
     tuning_budget.start()  # the rest of the job counts, MetaSchedule's own set-up included
     started = time.monotonic()
     with measurement_pipeline(target, pipeline, builder, runner) as (builder, runner), guard_metaschedule_logger():
+        template = None
+        if strategy in ("kb", "agent"):
+            template = template_region(workload, target, tuning_budget, work_dir, runner=runner,
+                                       on_measured=lambda ms: recorder.add("hopper template", [ms]), on_event=event)
+            if template is not None:
+                search.outside_best = {_task_name(workload): template.seconds}
         kept = CandidateRecorder(work_dir=work_dir, strategy=strategy,
                                  clock=lambda: tuning_budget.spent, builder=builder, runner=runner)
         ms.tune_tir(
@@ -206,15 +217,29 @@ def tune_operator(
     database.compact()
     best_ms = best_record_ms(workload, target, database)
     final_ms = time_best(workload, target, database, measurer=getattr(runner, "measurer", None))
+    template_row = None
+    if template is not None:
+        from .search.hopper_variants import VariantSearch
+
+        wins = final_ms is None or template.seconds * 1e3 < final_ms
+        template_row = {"kernel": "schedules/hopper_gemm.py", "tile": VariantSearch.record(template.tile, None)["tile"],
+                        "ms": template.seconds * 1e3, "beats_metaschedule": wins}
+        if wins:
+            final_ms = template.seconds * 1e3
     best = final_ms if final_ms is not None else best_ms
     result = TuneResult(
         workload=workload.name, strategy=strategy, target=json.dumps(dict(target.export()), default=str),
         budget_s=budget_total, seconds=seconds, trials=recorder.trials, failed=recorder.failed,
         best_ms=best_ms, final_ms=final_ms,
         gflops=None if best is None else workload.flops / (best * 1e-3) / 1e9, work_dir=str(work_dir),
-        curve=recorder.curve, stop_reason=stop_reasons[0] if stop_reasons else "budget spent", pipeline=pipeline)
+        curve=recorder.curve, stop_reason=stop_reasons[0] if stop_reasons else "budget spent", pipeline=pipeline,
+        template=template_row)
     (work_dir / "result.json").write_text(json.dumps(result.to_json(), indent=1))
     return result
+
+
+def _task_name(workload) -> str:
+    return workload.name.replace("-", "_")
 
 
 def _named_module(workload):
@@ -223,7 +248,72 @@ def _named_module(workload):
     import tvm
 
     func = next(iter(workload.module().functions.values()))
-    return tvm.IRModule({workload.name.replace("-", "_"): func})
+    return tvm.IRModule({_task_name(workload): func})
+
+
+def template_region(workload, target, budget: TuningBudget, work_dir: Path, *, runner=None,
+                    on_measured: Callable[[float | None], None] = lambda ms: None,
+                    on_event: Callable[[dict], None] = lambda record: None):
+    """The Hopper template (schedules/hopper_gemm.py) as a region of this task, measured before
+    MetaSchedule's: for an fp16/bf16 GEMM the template computes, on a local sm_90 GPU, kb's
+    variant search (search/hopper_variants.py) with at most `hopper_stage.SHARE_OF_BUDGET` of
+    the budget, each variant checked against the workload's own TIR (dlight's default schedule)
+    on two input sets before it is timed. Returns the best right variant (a HopperChoice; every
+    measured one is a line of work_dir/hopper.jsonl), or None where the template does not apply.
+    The variants are not MetaSchedule schedules: MetaSchedule's search then runs with the
+    variant's seconds as the bar to beat."""
+    from .measure.remote import RemoteMeasurer
+    from .model_tuning import hopper_stage
+    from .search.hopper_match import NotAHopperGemm, match_fused_gemm
+
+    def skip(why: str) -> None:
+        on_event({"event": "hopper_skip", "task": _task_name(workload), "why": why})
+
+    if not hopper_stage.on_hopper(target):
+        return None
+    if isinstance(getattr(runner, "measurer", None), RemoteMeasurer):
+        skip("measuring through an RPC tracker: the template's variants are measured on a local GPU")
+        return None
+    try:
+        fused = match_fused_gemm(workload.module())
+    except NotAHopperGemm as why:
+        skip(str(why))
+        return None
+    import tvm
+
+    device = tvm.cuda(0)
+    reference = _default_build(workload, target)
+
+    def output(arrays):
+        args = [tvm.runtime.tensor(a, device) for a in arrays]
+        reference["main"](*args)
+        return args[-1].numpy().astype("float32")
+
+    def notify(record: dict) -> None:
+        if record["event"] == "hopper_variant":
+            on_measured(None if record["seconds"] is None else record["seconds"] * 1e3)
+        on_event(record)
+
+    stop_at = budget.spent + hopper_stage.SHARE_OF_BUDGET * budget.remaining
+    choice = hopper_stage.search_task(fused, _task_name(workload), target, device, output,
+                                      until=lambda: budget.spent >= stop_at, work_dir=work_dir,
+                                      earlier=hopper_stage.read_rows(work_dir), notify=notify)
+    if choice is not None:
+        on_event({"event": "hopper_best", "task": choice.task, "seconds": choice.seconds,
+                  "tile": choice.tile.describe()})
+    return choice
+
+
+def _default_build(workload, target):
+    """The workload built as TVM builds an untuned kernel (dlight's default GPU schedules): the
+    reference the template's variants are checked against."""
+    import tvm
+    from tvm.s_tir import dlight as dl
+
+    mod = workload.module()
+    with target:
+        mod = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.Fallback())(mod)
+        return tvm.compile(mod, target=target)
 
 
 def best_record_ms(workload, target, database) -> float | None:

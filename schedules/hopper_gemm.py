@@ -14,7 +14,8 @@ task's bias, residual and GELU when kb_tvm/search/hopper_match.py reads them off
 setmaxnreg for the producer, clusters, persistent blocks, split-K, shapes off the tile, batched
 matmuls. kb_tvm/search/hopper_variants.py searches the variants (`python -m kb_tvm.bench_hopper
 --search`); `kb-tvm tune --precision fp16|bf16` on an sm_90 GPU uses them for the model's matmul
-tasks (kb_tvm/model_tuning/hopper_stage.py); KBSearch's regions (`tune-op`) do not yet.
+tasks (kb_tvm/model_tuning/hopper_stage.py), and `kb-tvm tune-op` as a region of the task beside
+MetaSchedule's (kb_tvm/tuning.py's template_region).
 
 How a block runs: a producer warpgroup (one thread of it) loads K-tiles into a ring of `stages`
 shared-memory stages with TMA; a stage's `full` mbarrier completes when its bytes have landed. Each

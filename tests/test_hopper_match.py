@@ -109,3 +109,31 @@ def test_an_epilogue_that_is_not_elementwise_is_refused_with_the_reason():
     s = te.compute((128,), lambda i: c[i, 0], name="S")  # a different shape after it
     with pytest.raises(NotAHopperGemm, match=re.escape("is not elementwise over its [128, 128] output")):
         match_fused_gemm(tvm.IRModule({"main": te.create_prim_func([a, b, s])}))
+
+
+H200 = {"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024, "max_shared_memory_per_block": 49152,
+        "thread_warp_size": 32, "registers_per_block": 65536, "host": {"kind": "llvm"}}
+
+
+@pytest.mark.parametrize(("workload", "target", "skipped"), [
+    ("gemm-4096-fp16", "llvm", None),  # not a Hopper GPU: no region, nothing to say
+    ("gemm-4096-fp16", {**H200, "arch": "sm_80"}, None),
+    ("gemm-2048", H200, "inputs float32 and float32: the template takes float16 or bfloat16"),
+    ("batch_matmul-12x128x128x64-fp16", H200, "batched"),
+])
+def test_tune_op_opens_the_template_region_only_for_a_half_precision_gemm_on_hopper(workload, target, skipped,
+                                                                                   tmp_path):
+    """Decided from the target and the workload's TIR before any GPU is touched (CI has none)."""
+    import tvm
+
+    from kb_tvm.budget import TuningBudget
+    from kb_tvm.tuning import template_region
+
+    events = []
+    region = template_region(get_workload(workload), tvm.target.Target(target), TuningBudget(60).start(), tmp_path,
+                             on_event=events.append)
+    assert region is None and not (tmp_path / "hopper.jsonl").exists()
+    if skipped is None:
+        assert events == []
+    else:
+        assert [e["event"] for e in events] == ["hopper_skip"] and skipped in events[0]["why"]

@@ -265,6 +265,8 @@ def test_bad_options_are_clear_errors():
         KBSearch(budget="1m", explore_share=-0.1)
     with pytest.raises(ValueError, match='"1h30m"'):
         KBSearch(budget="soon")
+    with pytest.raises(ValueError, match=r"outside_best=\{'gemm': 0\}: must map task names to seconds > 0"):
+        KBSearch(budget="1m", outside_best={"gemm": 0})
     assert KBSearch(budget=90).budget.total == 90.0  # a number is seconds
 
 

@@ -163,3 +163,20 @@ def test_replay_from_the_command_line_on_a_shipped_dataset(tmp_path):
     wrong = CliRunner().invoke(main, ["replay", "no-such-dataset"])
     assert wrong.exit_code == 1 and "no dataset 'no-such-dataset'" in wrong.output
     assert len(wrong.output.strip().splitlines()) == 1
+
+
+def test_a_faster_kernel_outside_the_space_stops_the_search_once_beating_it_no_longer_pays():
+    """tune-op's Hopper template region: MetaSchedule's regions are ranked and measured as ever, then
+    searched only while they are expected to beat the template's kernel."""
+    from kb_tvm.replay.policies import RulesPolicy
+
+    runs = {}
+    for outside in (None, 2e-5, 3e-6):  # none; slower than the space's best (1e-5); far faster
+        env = ReplayEnv(made_up(bowl), budget=200)
+        policy = RulesPolicy(outside_best_s=outside)
+        policy.run(env, seed=0)
+        runs[outside] = (env.seconds, env.trials, policy.events)
+    assert runs[None][:2] == runs[2e-5][:2]  # a slower kernel outside changes nothing
+    seconds, trials, events = runs[3e-6]
+    assert "regions" in [e["event"] for e in events]  # the coarse phase ran
+    assert events[-1]["reason"].startswith("expected gain") and seconds < runs[None][0] and trials < runs[None][1]

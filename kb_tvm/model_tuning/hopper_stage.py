@@ -28,10 +28,15 @@ SHARE_OF_BUDGET = 0.2  # at most this much of the job's seconds: the template's 
 ARCH = "sm_90a"  # wgmma and setmaxnreg need the arch-specific target; MetaSchedule and dlight keep sm_90
 
 
+def on_hopper(target) -> bool:
+    """Whether the target is an sm_90 (Hopper) GPU, where the template's kernels run."""
+    arch = str(target.attrs.get("arch", "")) if target.kind.name == "cuda" else ""
+    return arch.startswith("sm_9")
+
+
 def applies(target, precision: str) -> bool:
     """Whether the template can serve this job: half precision on an sm_90 (Hopper) GPU."""
-    arch = str(target.attrs.get("arch", "")) if target.kind.name == "cuda" else ""
-    return precision in ("fp16", "bf16") and arch.startswith("sm_9")
+    return precision in ("fp16", "bf16") and on_hopper(target)
 
 
 @dataclass(frozen=True, eq=False)
@@ -79,41 +84,60 @@ def search_kernels(tasks, untuned, target, *, budget, work_dir: Path, default_la
     import tvm
 
     from ..search.hopper_match import NotAHopperGemm, match_fused_gemm
-    from ..search.hopper_variants import VariantSearch
 
-    work_dir = Path(work_dir)
     earlier = read_rows(work_dir)
     stop_at = budget.spent + share * budget.remaining
     device = tvm.cuda(0)
     library = untuned.mod.imports[0]
     out: dict[str, HopperChoice] = {}
     hottest = sorted(tasks, key=lambda t: -float(t.weight) * default_latency[str(t.task_name)])
-    with (work_dir / FILE_NAME).open("a") as log:
-        for task in hottest:
-            name = str(task.task_name)
-            try:
-                fused = match_fused_gemm(task.dispatched[0])
-                p = fused.problem
-                search = VariantSearch(p.m, p.n, p.k, p.dtype, p.b_layout)
-            except (NotAHopperGemm, ValueError) as why:  # not a GEMM the template computes, or no tile fits
-                if "matmul" in name:
-                    notify({"event": "hopper_skip", "task": name, "why": str(why)})
-                continue
-            search.replay([r for r in earlier if r["task"] == name])
-            inputs = [_inputs(fused, seed) for seed in (0, 1)]
-            references = [_reference(library, name, fused, args, device) for args in inputs]
-            while budget.spent < stop_at and (tile := search.ask()) is not None:
-                row = _measure(fused, tile, target, device, inputs, references, name)
-                search.tell(tile, row["seconds"])
-                log.write(json.dumps(row) + "\n")
-                log.flush()
-                notify({"event": "hopper_variant", **row})
-            if search.best is not None:
-                tile, seconds = search.best
-                out[name] = HopperChoice(task=name, fused=fused, tile=tile, seconds=seconds)
-                notify({"event": "hopper_best", "task": name, "seconds": seconds, "tile": tile.describe(),
-                        "default_s": default_latency[name]})
+    for task in hottest:
+        name = str(task.task_name)
+        try:
+            fused = match_fused_gemm(task.dispatched[0])
+        except NotAHopperGemm as why:  # not a GEMM the template computes
+            if "matmul" in name:
+                notify({"event": "hopper_skip", "task": name, "why": str(why)})
+            continue
+        choice = search_task(fused, name, target, device, lambda arrays: _reference(library, name, arrays, device),
+                             until=lambda: budget.spent >= stop_at, work_dir=work_dir, earlier=earlier,
+                             notify=notify)
+        if choice is not None:
+            out[name] = choice
+            notify({"event": "hopper_best", "task": name, "seconds": choice.seconds, "tile": choice.tile.describe(),
+                    "default_s": default_latency[name]})
     return out
+
+
+def search_task(fused, name: str, target, device, reference, *, until, work_dir: Path, earlier: list[dict],
+                notify=lambda event: None) -> HopperChoice | None:
+    """kb's variant search for one task (search/hopper_variants.py) until `until()` or until it
+    stops itself: each variant built, compared with `reference(arrays)` (the task's output on
+    those arrays) on two input sets, then timed, and appended to the work dir's hopper.jsonl.
+    Variants measured before (`earlier`, that file's rows) are not measured again. None when the
+    template admits no variant of this shape or none computed right."""
+    from ..search.hopper_variants import VariantSearch
+
+    p = fused.problem
+    try:
+        search = VariantSearch(p.m, p.n, p.k, p.dtype, p.b_layout)
+    except ValueError as why:  # no tile fits the shape
+        notify({"event": "hopper_skip", "task": name, "why": str(why)})
+        return None
+    search.replay([r for r in earlier if r["task"] == name])
+    inputs = [_inputs(fused, seed) for seed in (0, 1)]
+    references = [reference(arrays) for arrays in inputs]
+    with (Path(work_dir) / FILE_NAME).open("a") as log:
+        while not until() and (tile := search.ask()) is not None:
+            row = _measure(fused, tile, target, device, inputs, references, name)
+            search.tell(tile, row["seconds"])
+            log.write(json.dumps(row) + "\n")
+            log.flush()
+            notify({"event": "hopper_variant", **row})
+    if search.best is None:
+        return None
+    tile, seconds = search.best
+    return HopperChoice(task=name, fused=fused, tile=tile, seconds=seconds)
 
 
 def choose(found: dict[str, HopperChoice], used_latency: dict[str, float]) -> list[HopperChoice]:
@@ -149,7 +173,7 @@ def _inputs(fused, seed: int) -> list[np.ndarray]:
     return arrays
 
 
-def _reference(library, name: str, fused, arrays, device) -> np.ndarray:
+def _reference(library, name: str, arrays, device) -> np.ndarray:
     """The task's output as the untuned build computes it."""
     import tvm
 

@@ -109,13 +109,15 @@ class EvolutionaryPolicy(ReplayPolicy):
 
 class RulesPolicy(ReplayPolicy):
     """kb's search as it runs on a GPU or CPU, on the dataset; `steer`: a meta-policy choosing
-    its macro-actions (kb_tvm.agent; None: the rules alone)."""
+    its macro-actions (kb_tvm.agent; None: the rules alone); `outside_best_s`: a latency the
+    task already has outside the dataset's space (as the Hopper template gives tune-op)."""
 
     name = "rules"
 
-    def __init__(self, *, options: SearchOptions | None = None, steer=None) -> None:
+    def __init__(self, *, options: SearchOptions | None = None, steer=None, outside_best_s: float | None = None) -> None:
         self.options = options
         self.steer = steer
+        self.outside_best_s = outside_best_s
 
     def run(self, env: ReplayEnv, *, seed: int) -> None:
         options = self.options or SearchOptions()
@@ -125,7 +127,7 @@ class RulesPolicy(ReplayPolicy):
         factory = ReplayFactory(env, rng=np.random.default_rng(seed))
         task = TaskSearch(context=None, design_spaces=[], templates=[], budget=env.budget, options=options,
                           max_trials=10**9, trials_per_batch=default_batch(env), log=log, factory=factory,
-                          clock=lambda: env.seconds, steer=self.steer)
+                          clock=lambda: env.seconds, steer=self.steer, outside_best_s=self.outside_best_s)
         while (batch := task.next_batch()) is not None:
             outcomes = env.measure([c.sch for c in batch])
             task.observe([(o.latency_s, o.error) for o in outcomes])

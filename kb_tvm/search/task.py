@@ -37,11 +37,18 @@ class TaskSearch:
                  options: SearchOptions, max_trials: int, trials_per_batch: int, log: DecisionLog,
                  borrowed: list[Borrowed] | None = None, prior: PriorModel | None = None,
                  factory=None, clock: Callable[[], float] = time.monotonic,
-                 steer: Callable[[TaskSearch], str | None] | None = None) -> None:
+                 steer: Callable[[TaskSearch], str | None] | None = None,
+                 outside_best_s: float | None = None) -> None:
         """`factory`: where candidates come from (default: a CandidateFactory of `context`; the
         replay environment passes one over a recorded dataset); `clock`: seconds, the
         budget's (replay: simulated); `steer`: a meta-policy asked for a macro-action before
-        each fine-phase batch (planner.MACRO_ACTIONS, or None to leave it to the rules)."""
+        each fine-phase batch (planner.MACRO_ACTIONS, or None to leave it to the rules);
+        `outside_best_s`: the task's best latency measured outside MetaSchedule's space (a
+        kernel of the Hopper template): proposals gain only where they are expected to beat it,
+        so the search stops once it no longer pays to try."""
+        if outside_best_s is not None and not outside_best_s > 0:
+            raise ValueError(f"outside_best_s={outside_best_s!r}: seconds > 0, or None")
+        self.outside_best_s = outside_best_s
         self.ctx = context
         self.clock = clock
         self.steer = steer
@@ -354,6 +361,8 @@ class FinePhase:
         feats = np.stack([c.features for c in proposals]) if proposals else np.zeros((0, 1))
         mu, sigma = task.model.predict(feats)
         best = math.log(task.best.latency) if task.best else float(np.min(mu, initial=0.0))
+        if task.outside_best_s is not None:
+            best = min(best, math.log(task.outside_best_s))
         scores = plan.score(mu, sigma, [c.keys for c in proposals], np.exp(mu), best, batch_size=n)
         order, failed = task.factory.verified_first(proposals, scores["order"], max(0, n - len(remeasure)))
         for cand in failed:  # did not lower: what the failure model learns from
