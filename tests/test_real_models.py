@@ -99,3 +99,12 @@ def _tune_and_check(models: dict, tmp_path) -> None:
         assert tasks[0]["trials"] > 0 and sum(t["trials"] for t in tasks) == report["trials"], (name, tasks)
         assert all(t["trials"] > 0 for t in tasks if t["seconds"] or t["schedule"] == "tuned"), (name, tasks)
         assert (work_dir / "model.so").is_file() and report["latency_tuned_ms"] > 0
+
+
+def test_the_torch_baselines_size_only_a_custom_bert_as_the_export_does(capsys, tmp_path):
+    from kb_tvm.workloads.torch_baselines import main as baselines
+
+    with pytest.raises(SystemExit):
+        baselines(["bert-base", "--layers", "1", "--out", str(tmp_path / "t.json")])
+    assert "--layers size a custom BERT: use `bert`, not `bert-base`" in capsys.readouterr().err
+    assert not (tmp_path / "t.json").exists()

@@ -4,6 +4,7 @@ fp16. BERT runs with transformers' default attention (sdpa) as well as the expor
 
     python -m kb_tvm.workloads.torch_baselines bert-base --seq 128 --out torch-bert.json
     python -m kb_tvm.workloads.torch_baselines resnet50 --out torch-resnet50.json
+    python -m kb_tvm.workloads.torch_baselines bert --layers 1 --out torch-bert-layer.json   # sized as export_models' bert
 
 Latency: CUDA events around one call, median of `--repeat` after warm-up calls.
 """
@@ -17,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from .export_models import BERTS, RESNETS, MissingExtra, bert_config, bert_module, resnet_module
+from .export_models import BERTS, RESNETS, MissingExtra, _require, bert_config, bert_module, resnet_module
 
 
 def median_ms(call, repeat: int, warmup: int = 20) -> float:
@@ -39,24 +40,27 @@ def median_ms(call, repeat: int, warmup: int = 20) -> float:
     return statistics.median(times)
 
 
-def _variants(name: str, batch: int, image: int, seq: int, seed: int):
+def _variants(name: str, batch: int, image: int, seq: int, seed: int, sizes: dict):
     """label -> (fp32 module, example args) for the variants timed."""
     if name in RESNETS:
         return {"": resnet_module(name, batch=batch, image=image, seed=seed)}
     return {f" ({attention} attention)": bert_module(batch=batch, seq=seq, seed=seed,
-                                                     config=bert_config(attention=attention))
+                                                     config=bert_config(**sizes, attention=attention))
             for attention in ("eager", "sdpa")}
 
 
 def baselines(name: str, *, batch: int = 1, image: int = 224, seq: int = 128, seed: int = 0,
-              repeat: int = 200, compile_mode: str | None = "max-autotune") -> dict:
-    import torch
+              repeat: int = 200, compile_mode: str | None = "max-autotune", sizes: dict | None = None) -> dict:
+    """`sizes`: bert_config's layers, hidden, heads, ffn, vocab for `bert` (as export_models takes them)."""
+    (torch,) = _require("torch")
 
     if not torch.cuda.is_available():
         raise MissingExtra("torch sees no CUDA GPU: the baselines are GPU timings")
     results = {"model": name, "torch": torch.__version__, "device": torch.cuda.get_device_name(0),
                "tf32": torch.backends.cuda.matmul.allow_tf32, "repeat": repeat, "latency_ms": {}, "seconds": {}}
-    for label, (model, args) in _variants(name, batch, image, seq, seed).items():
+    if sizes:
+        results["sizes"] = sizes
+    for label, (model, args) in _variants(name, batch, image, seq, seed, sizes or {}).items():
         model = model.cuda()
         args = tuple(a.cuda() for a in args)
         results["latency_ms"][f"eager fp32{label}"] = median_ms(lambda: model(*args), repeat)
@@ -78,7 +82,7 @@ def baselines(name: str, *, batch: int = 1, image: int = 224, seq: int = 128, se
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", choices=RESNETS + BERTS[:1])
+    parser.add_argument("model", choices=RESNETS + BERTS)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--image", type=int, default=224)
@@ -86,10 +90,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0, help="as given to export_models")
     parser.add_argument("--repeat", type=int, default=200)
     parser.add_argument("--compile-mode", default="max-autotune", help="torch.compile mode; 'none' skips it")
+    bert = parser.add_argument_group("bert (as export_models sizes it; defaults are BERT-base's)")
+    for key in ("layers", "hidden", "heads", "ffn", "vocab"):
+        bert.add_argument(f"--{key}", type=int)
     args = parser.parse_args(argv)
+    sizes = {key: getattr(args, key) for key in ("layers", "hidden", "heads", "ffn", "vocab")
+             if getattr(args, key) is not None}
+    if sizes and args.model != "bert":
+        parser.error(f"--{'/--'.join(sizes)} size a custom BERT: use `bert`, not `{args.model}`")
     try:
         result = baselines(args.model, batch=args.batch, image=args.image, seq=args.seq, seed=args.seed,
-                           repeat=args.repeat, compile_mode=None if args.compile_mode == "none" else args.compile_mode)
+                           repeat=args.repeat, compile_mode=None if args.compile_mode == "none" else args.compile_mode,
+                           sizes=sizes)
     except (MissingExtra, ValueError) as err:
         sys.exit(f"error: {err}")
     args.out.write_text(json.dumps(result, indent=1))
