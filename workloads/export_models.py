@@ -50,7 +50,7 @@ class Export:
         return f"wrote {self.path} ({self.size_bytes / 2**20:.1f} MiB; example {shapes}; {check})"
 
 
-def _require(*modules: str):
+def require(*modules: str):
     """The modules imported, or MissingExtra naming the extra that installs them."""
     missing = [name for name in modules if importlib.util.find_spec(name) is None]
     if missing:
@@ -127,7 +127,7 @@ def resnet_module(name: str, *, batch: int = 1, image: int = 224, seed: int = 0)
     mode, and an example input [batch, 3, image, image]."""
     if name not in RESNETS:
         raise ValueError(f"unknown ResNet {name!r}; one of {', '.join(RESNETS)}")
-    torch, torchvision = _require("torch", "torchvision")
+    torch, torchvision = require("torch", "torchvision")
     torch.manual_seed(seed)
     model = getattr(torchvision.models, name)(weights=None).eval()
     return model, (torch.randn(batch, 3, image, image),)
@@ -146,7 +146,7 @@ def bert_config(*, layers: int = 12, hidden: int = 768, heads: int = 12, ffn: in
     attention: "eager" exports (TVM's importer takes it), "sdpa" is what transformers runs by default."""
     if hidden % heads:
         raise ValueError(f"hidden={hidden} must be a multiple of heads={heads}")
-    (transformers,) = _require("transformers")
+    (transformers,) = require("transformers")
     return transformers.BertConfig(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers,
                                    num_attention_heads=heads, intermediate_size=ffn or 4 * hidden,
                                    max_position_embeddings=max_positions, attn_implementation=attention)
@@ -156,7 +156,7 @@ def bert_module(*, batch: int = 1, seq: int = 128, config=None, seed: int = 0):
     """A Hugging Face BertModel encoder (no pooler, one output: last_hidden_state) with random
     weights from `config` (default: BERT-base) and `seed`, and example (input_ids,
     attention_mask) [batch, seq] int64 whose last quarter is padding."""
-    torch, transformers = _require("torch", "transformers")
+    torch, transformers = require("torch", "transformers")
     config = config if config is not None else bert_config()
     if seq > config.max_position_embeddings:
         raise ValueError(f"seq={seq} is longer than the model's {config.max_position_embeddings} positions")
@@ -177,6 +177,24 @@ def export_bert(out: str | Path, *, batch: int = 1, seq: int = 128, config=None,
                    {"input_ids": axes, "attention_mask": axes, "last_hidden_state": axes})
 
 
+BERT_SIZES = ("layers", "hidden", "heads", "ffn", "vocab")
+
+
+def add_bert_sizes(group) -> None:
+    """The options that size a custom `bert` (bert_config's arguments)."""
+    for key in BERT_SIZES:
+        group.add_argument(f"--{key}", type=int,
+                           help="intermediate size (default 4 x hidden)" if key == "ffn" else None)
+
+
+def bert_sizes(parser, args) -> dict:
+    """bert_config's arguments given on the command line; a parser error if they size another model."""
+    sizes = {key: getattr(args, key) for key in BERT_SIZES if getattr(args, key) is not None}
+    if sizes and args.model != "bert":
+        parser.error(f"--{'/--'.join(sizes)} size a custom BERT: use `bert`, not `{args.model}`")
+    return sizes
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      epilog="e.g. kb-tvm tune resnet50.onnx --input-shape input=1x3x224x224")
@@ -189,16 +207,9 @@ def main(argv: list[str] | None = None) -> None:
     resnet.add_argument("--image", type=int, default=224, help="height and width of the example image")
     bert = parser.add_argument_group("BERT (bert's defaults are BERT-base's)")
     bert.add_argument("--seq", type=int, default=128, help="sequence length of the example (stays dynamic)")
-    bert.add_argument("--layers", type=int)
-    bert.add_argument("--hidden", type=int)
-    bert.add_argument("--heads", type=int)
-    bert.add_argument("--ffn", type=int, help="intermediate size (default 4 x hidden)")
-    bert.add_argument("--vocab", type=int)
+    add_bert_sizes(bert)
     args = parser.parse_args(argv)
-    sizes = {key: getattr(args, key) for key in ("layers", "hidden", "heads", "ffn", "vocab")
-             if getattr(args, key) is not None}
-    if sizes and args.model != "bert":
-        parser.error(f"--{'/--'.join(sizes)} size a custom BERT: use `bert`, not `{args.model}`")
+    sizes = bert_sizes(parser, args)
     if any(value <= 0 for value in [args.batch, args.image, args.seq, *sizes.values()]):
         parser.error("sizes must be positive")
     try:

@@ -18,7 +18,17 @@ import sys
 import time
 from pathlib import Path
 
-from .export_models import BERTS, RESNETS, MissingExtra, _require, bert_config, bert_module, resnet_module
+from .export_models import (
+    BERTS,
+    RESNETS,
+    MissingExtra,
+    add_bert_sizes,
+    bert_config,
+    bert_module,
+    bert_sizes,
+    require,
+    resnet_module,
+)
 
 
 def median_ms(call, repeat: int, warmup: int = 20) -> float:
@@ -52,7 +62,7 @@ def _variants(name: str, batch: int, image: int, seq: int, seed: int, sizes: dic
 def baselines(name: str, *, batch: int = 1, image: int = 224, seq: int = 128, seed: int = 0,
               repeat: int = 200, compile_mode: str | None = "max-autotune", sizes: dict | None = None) -> dict:
     """`sizes`: bert_config's layers, hidden, heads, ffn, vocab for `bert` (as export_models takes them)."""
-    (torch,) = _require("torch")
+    (torch,) = require("torch")
 
     if not torch.cuda.is_available():
         raise MissingExtra("torch sees no CUDA GPU: the baselines are GPU timings")
@@ -90,14 +100,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0, help="as given to export_models")
     parser.add_argument("--repeat", type=int, default=200)
     parser.add_argument("--compile-mode", default="max-autotune", help="torch.compile mode; 'none' skips it")
-    bert = parser.add_argument_group("bert (as export_models sizes it; defaults are BERT-base's)")
-    for key in ("layers", "hidden", "heads", "ffn", "vocab"):
-        bert.add_argument(f"--{key}", type=int)
+    add_bert_sizes(parser.add_argument_group("bert (as export_models sizes it; defaults are BERT-base's)"))
     args = parser.parse_args(argv)
-    sizes = {key: getattr(args, key) for key in ("layers", "hidden", "heads", "ffn", "vocab")
-             if getattr(args, key) is not None}
-    if sizes and args.model != "bert":
-        parser.error(f"--{'/--'.join(sizes)} size a custom BERT: use `bert`, not `{args.model}`")
+    sizes = bert_sizes(parser, args)
     try:
         result = baselines(args.model, batch=args.batch, image=args.image, seq=args.seq, seed=args.seed,
                            repeat=args.repeat, compile_mode=None if args.compile_mode == "none" else args.compile_mode,
