@@ -93,6 +93,7 @@ def _validated_options(**given) -> SearchOptions:
         value = getattr(opt, name)
         _check(name, value, 0.0 <= value <= 1.0, "must be a fraction in [0, 1]")
     _check("min_total_gain", opt.min_total_gain, opt.min_total_gain >= 0.0, "must be >= 0")
+    _check("bar_margin", opt.bar_margin, opt.bar_margin >= 1.0, "must be >= 1 (the pace is extrapolated at least as is)")
     _check("repeatable", opt.repeatable, isinstance(opt.repeatable, bool), "must be True or False")
     return opt
 

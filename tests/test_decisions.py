@@ -96,6 +96,24 @@ def test_stop_rule_needs_the_rest_of_the_budget_to_pay():
     assert not decisions.worth_continuing(1e-5, 100.0, 0.005)
 
 
+def test_the_pace_toward_a_kernel_outside_the_space_extrapolates_the_best_in_log_time():
+    from kb_tvm.search.decisions import pace_toward
+
+    # a best that halves with every doubling of the search's seconds: ln 2 of gain per ln 2 of time
+    trajectory = [[t, 1e-3 / t] for t in (10.0, 20.0, 40.0)]
+    assert pace_toward(trajectory[:1], 1e-6, 100.0, 1.0) is None  # one batch: no pace yet
+    needed, in_reach = pace_toward(trajectory, 1e-5, 40.0, 1.0)  # the best, 2.5e-5, must fall 2.5x
+    assert needed == pytest.approx(math.log(2.5))
+    assert in_reach == pytest.approx(math.log(2.0))  # 40 s more: one more doubling
+    assert pace_toward(trajectory, 1e-5, 40.0, 2.0)[1] == pytest.approx(2 * math.log(2.0))
+    assert pace_toward(trajectory, 1e-5, 120.0, 1.0)[1] == pytest.approx(math.log(4.0))
+    # no progress over the last half of its seconds: nothing is in reach, however long it runs
+    stalled = [[10.0, 2e-5], [20.0, 1e-5], [40.0, 1e-5], [80.0, 1e-5]]
+    assert pace_toward(stalled, 5e-6, 1e4, 2.0)[1] == 0.0
+    # a bar above the best needs no gain (it is beaten already)
+    assert pace_toward(stalled, 2e-5, 10.0, 2.0)[0] < 0
+
+
 def test_one_small_batch_with_a_large_fixed_cost_does_not_inflate_the_per_candidate_cost():
     from kb_tvm.search.decisions import MeasurementCost, batch_size
 

@@ -267,6 +267,8 @@ def test_bad_options_are_clear_errors():
         KBSearch(budget="soon")
     with pytest.raises(ValueError, match=r"outside_best=\{'gemm': 0\}: must map task names to seconds > 0"):
         KBSearch(budget="1m", outside_best={"gemm": 0})
+    with pytest.raises(ValueError, match=r"bar_margin=0.5: must be >= 1"):
+        KBSearch(budget="1m", bar_margin=0.5)
     assert KBSearch(budget=90).budget.total == 90.0  # a number is seconds
 
 

@@ -169,6 +169,30 @@ def test_a_search_stops_when_the_budget_is_spent_a_batch_would_overrun_or_gains_
     assert plan.why_stop() == "budget spent"
 
 
+def test_a_search_stops_when_its_pace_would_not_reach_a_faster_kernel_outside_its_space():
+    # tune-op on the H200 (bench-results/h200-issue12/tune-op): the template's kernel at
+    # 0.2335 ms in 7 s, MetaSchedule's best after each batch (own seconds); the model's
+    # expected gain stayed above its floor and the regions spent the whole budget
+    trajectory = [[10.8, 0.9604e-3], [20.0, 0.7177e-3], [28.9, 0.5108e-3], [37.4, 0.49e-3]]
+    plan, clock = _planner(total=90.0)
+    clock.now = 58.0
+    plan.check_bar(trajectory[:3], 0.2335e-3)  # too few batches to judge a pace
+    assert plan.stop_reason is None
+    plan.check_bar(trajectory, None)  # no kernel outside
+    plan.check_bar(trajectory, 0.6e-3)  # beaten already
+    assert plan.stop_reason is None
+    plan.direct("explore")
+    plan.check_bar(trajectory, 0.2335e-3)  # the agent decides when to stop
+    assert plan.stop_reason is None
+    plan.direct(None)
+    plan.check_bar(trajectory, 0.2335e-3)
+    assert plan.stop_reason.startswith("at its pace") and "2.10x it needs" in plan.stop_reason
+    plan, clock = _planner(total=240.0)  # the same search with 240 s: 182 s left, keep going
+    clock.now = 58.0
+    plan.check_bar(trajectory, 0.2335e-3)
+    assert plan.stop_reason is None
+
+
 def test_a_task_first_scheduled_late_in_a_shared_budget_paces_on_its_own_clock():
     # the job is 90% spent when this task starts: on the job's clock it would skip straight
     # to refining; on its own (0 of the 40 s its share says it gets) it is at the start

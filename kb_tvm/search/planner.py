@@ -250,6 +250,18 @@ class Planner:
             self.stop(f"expected gain {rate:.2e}/s x {self.budget.remaining:.0f}s left < "
                       f"{self.opt.min_total_gain:.1%} for {self.low_gain_rounds} rounds")
 
+    def check_bar(self, trajectory: list[list[float]], outside_best_s: float | None) -> None:
+        """Stop when the best's pace would not reach a faster kernel outside the space in the
+        seconds left (decisions.pace_toward), judged after `patience` batches past the first as the
+        expected-gain stop is; a meta-policy's directive overrides the stop."""
+        if outside_best_s is None or self.directive is not None or len(trajectory) <= self.opt.patience:
+            return
+        pace = decisions.pace_toward(trajectory, outside_best_s, self.budget.remaining, self.opt.bar_margin)
+        if pace is not None and pace[1] < pace[0]:
+            self.stop(f"at its pace (best by log time, x{self.opt.bar_margin:g}) the space would get "
+                      f"{math.exp(pace[1]):.2f}x faster in the {self.budget.remaining:.0f}s left, not the "
+                      f"{math.exp(pace[0]):.2f}x it needs to beat the kernel outside ({outside_best_s * 1e3:.4g} ms)")
+
     # ------------------------------------------------------------ after a batch
     def tell(self, batch: list, results: list[tuple[float | None, str | None]], origins: list[str],
              seconds: float) -> None:

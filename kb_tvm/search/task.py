@@ -101,6 +101,11 @@ class TaskSearch:
             self.stop(self.plan.stop_reason)
             return None
         self.phase = self.phase.next(self)
+        if isinstance(self.phase, FinePhase):
+            self.plan.check_bar(self.trajectory, self.outside_best_s)  # before a batch is proposed
+            if self.plan.stop_reason is not None:
+                self.stop(self.plan.stop_reason)
+                return None
         if self.steer is not None and isinstance(self.phase, FinePhase):
             self.plan.direct(self.steer(self))
             if self.plan.stop_reason is not None:
