@@ -8,11 +8,12 @@ Written in TVM's TIRx script and compiled with `tir_pipeline="tirx"` for `sm_90a
 and dlight keep `sm_90`: dlight reads "sm_90a" as no tensor cores). The parameters are what a
 performance engineer would tune on CUTLASS: the block tile BM x BN (BK is one 128-byte swizzle
 row), the pipeline depth, the consumer warpgroups that split BM and the tile order (group_m block
-rows at a time, for L2). `GemmTile(...)` refuses a set that cannot build or run and says why.
+rows at a time, for L2), split-K (k_splits) and persistent blocks (`persistent`: one block per SM
+walks the output tiles in turn). `GemmTile(...)` refuses a set that cannot build or run and says why.
 The epilogue is a parameter: what is stored from each fp32 accumulator (a cast by default; a
 task's bias, residual and GELU when kb_tvm/search/hopper_match.py reads them off its TIR). Not yet:
-setmaxnreg for the producer, clusters, persistent blocks, split-K, shapes off the tile, batched
-matmuls. kb_tvm/search/hopper_variants.py searches the variants (`python -m kb_tvm.bench_hopper
+setmaxnreg for the producer, clusters, a staged (TMA-store) epilogue, shapes off the tile,
+batched matmuls. kb_tvm/search/hopper_variants.py searches the variants (`python -m kb_tvm.bench_hopper
 --search`); `kb-tvm tune --precision fp16|bf16` on an sm_90 GPU uses them for the model's matmul
 tasks (kb_tvm/model_tuning/hopper_stage.py), and `kb-tvm tune-op` as a region of the task beside
 MetaSchedule's (kb_tvm/tuning.py's template_region).
@@ -23,6 +24,8 @@ consumer warpgroup waits for the stage it needs, issues its wgmmas (BK / 16 per 
 descriptors into the 128-byte-swizzled tiles), waits for them and arrives on the stage's `empty`
 mbarrier, which the producer waits on before it loads that stage again. Without a producer
 (`producer=False`) thread 0 loads `stages - 1` tiles ahead and the block syncs after every K-tile.
+A persistent block's ring runs on from one output tile to the next, so the producer loads the next
+tile's first K-tiles while the consumers store the last one.
 The epilogue stores the accumulator fragments straight to global memory, each through `epilogue`.
 """
 
@@ -36,6 +39,7 @@ WGMMA_K = 16  # and 16 of K for 2-byte inputs
 SWIZZLE_BYTES = 128  # the TMA/wgmma 128-byte swizzle: one row of BK inputs
 MAX_SHARED_BYTES = 227 * 1024  # an sm_90 block's dynamic shared memory (opt-in)
 MAX_ACCUMULATORS = 128  # fp32 accumulator registers a thread holds (of its 255)
+SMS = 132  # an H100 or H200 SXM
 INPUT_DTYPES = {"float16": "f16", "bfloat16": "bf16"}
 OUTPUT_DTYPES = ("float32", "float16", "bfloat16")
 
@@ -60,6 +64,10 @@ class GemmTile:
     # epilogue applied) by a second kernel: small-M, long-K GEMMs (BERT's FFN down, 128x768x3072:
     # 24 tiles of 64x64 for 132 SMs) otherwise leave most of the GPU idle
     k_splits: int = 1
+    # one block per SM (times what fits) walks tile after tile: the producer loads the next
+    # tile's K-tiles while the consumers store the last one, so the epilogue and the pipeline's
+    # fill no longer leave the tensor cores idle once per tile (needs the producer warpgroup)
+    persistent: bool = False
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -95,7 +103,8 @@ class GemmTile:
     def describe(self) -> str:
         return (f"bm={self.bm}, bn={self.bn}, stages={self.stages}, consumers={self.consumers}, "
                 f"group_m={self.group_m}, producer={self.producer}, b_layout={self.b_layout}, dtype={self.dtype}"
-                + (f", k_splits={self.k_splits}" if self.k_splits != 1 else ""))
+                + (f", k_splits={self.k_splits}" if self.k_splits != 1 else "")
+                + (", persistent=True" if self.persistent else ""))
 
     def problems(self) -> list[str]:
         out = []
@@ -115,6 +124,10 @@ class GemmTile:
             out.append(f"k_splits={self.k_splits!r}: 1 to 8")
         if not isinstance(self.producer, bool):
             out.append(f"producer={self.producer!r}: True or False")
+        if not isinstance(self.persistent, bool):
+            out.append(f"persistent={self.persistent!r}: True or False")
+        elif self.persistent and not self.producer:
+            out.append("persistent=True needs producer=True: the producer runs ahead into the next tile")
         if self.b_layout not in ("nk", "kn"):
             out.append(f"b_layout={self.b_layout!r}: 'nk' (B[N, K]) or 'kn' (B[K, N])")
         elif self.b_layout == "kn" and self.bn % 64:
@@ -133,11 +146,12 @@ class GemmTile:
                 (("M", m, self.bm), ("N", n, self.bn), ("K", k, self.bk * self.k_splits)) if size % tile]
 
 
-def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, epilogue=None):
+def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, epilogue=None, sms: int = SMS):
     """The PrimFunc main(A[m, k], B[n, k] or B[k, n], C[m, n]) for one variant. epilogue(acc, row,
     col): the value stored at C[row, col] from its fp32 accumulator (default: acc cast to
     out_dtype); it may read buffers that are not parameters of main, which the caller then adds
-    (kb_tvm/search/hopper_match.py's FusedGemm.kernel does, for a task's bias or residual)."""
+    (kb_tvm/search/hopper_match.py's FusedGemm.kernel does, for a task's bias or residual).
+    `sms`: the GPU's SMs, the blocks a persistent variant launches per block an SM holds."""
     from tvm.backend.cuda.tile_primitive.tma_utils import SwizzleMode, mma_shared_layout
     from tvm.script import tirx as T
     from tvm.tirx.script import tile as Tx
@@ -154,6 +168,8 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
     dtype, bm, bn, bk, stages = tile.dtype, tile.bm, tile.bn, tile.bk, tile.stages
     group_m = tile.group_m
     grid_m, grid_n, k_tiles = m // bm, n // bn, k // bk // splits  # k_tiles: of one split
+    tiles = grid_m * grid_n * splits
+    ctas = min(tiles, sms) if tile.persistent else tiles
     rows = tile.rows_per_consumer
     subtiles = rows // WGMMA_M
     half = bn // 2  # accumulators per sub-tile and thread
@@ -181,6 +197,26 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
     def accumulators(acc, sub):
         return [acc[sub * half + i] for i in range(half)]
 
+    # output tile t (of `tiles`): its split of K, and its block row and column, group_m block rows
+    # at a time sweeping N, so the blocks running together share B's tiles in L2
+    def split_of(t):
+        return t // (grid_m * grid_n)
+
+    def rows_in_group(t):
+        first_m = t % (grid_m * grid_n) // (group_m * grid_n) * group_m
+        return first_m, T.min(group_m, grid_m - first_m)
+
+    def block_m_of(t):
+        first_m, rows_here = rows_in_group(t)
+        return first_m + t % (grid_m * grid_n) % (group_m * grid_n) % rows_here
+
+    def block_n_of(t):
+        return t % (grid_m * grid_n) % (group_m * grid_n) // rows_in_group(t)[1]
+
+    def tiles_of(cta):
+        """How many tiles block `cta` computes: cta, cta + ctas, ... while below `tiles`."""
+        return (tiles - 1 - cta) // ctas + 1 if tile.persistent else 1
+
     # fmt: off
     @T.macro
     def load(A, B, A_s, B_s, full, block_m, block_n, kt, into):
@@ -197,7 +233,7 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
 
     @T.macro
     def multiply(A_s, B_s, full, acc, desc_a, desc_b, wg, kt):
-        """A consumer warpgroup: wait for K-tile kt's stage, then all of its wgmmas, finished."""
+        """A consumer warpgroup: wait for the ring's kt-th K-tile, then all of its wgmmas, finished."""
         stage: T.let = kt % stages
         T.cuda.mbarrier_wait(full.ptr_to([stage]), (kt // stages) % 2)
         T.ptx.wgmma.fence.sync.aligned()
@@ -245,17 +281,8 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
         B = T.match_buffer(b_ptr, (k, n) if b_kn else (n, k), dtype)
         C = T.match_buffer(c_ptr, c_shape, out_dtype)
         T.device_entry()
-        cta = T.cta_id([grid_m * grid_n * splits])
-        split: T.let = cta // (grid_m * grid_n)
-        block: T.let = cta % (grid_m * grid_n)
-        k_first: T.let = split * k_tiles  # this split's first K-tile
+        cta = T.cta_id([ctas])
         tid = T.thread_id([tile.threads])
-        # group_m block rows at a time sweep N, so the blocks running together share B's tiles in L2
-        group: T.let = block // (group_m * grid_n)
-        first_m: T.let = group * group_m
-        rows_here: T.let = T.min(group_m, grid_m - first_m)
-        block_m: T.let = first_m + block % (group_m * grid_n) % rows_here
-        block_n: T.let = block % (group_m * grid_n) // rows_here
         wg: T.let = tid // 128
         lane: T.let = tid % 128
 
@@ -275,20 +302,31 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
         T.cuda.cta_sync()
 
         if producer:
+            # the stages' ring runs on across a persistent block's tiles: its i-th tile's kt-th
+            # K-tile is the ring's (i * k_tiles + kt)-th
             if wg == tile.consumers:
                 if lane == 0:
-                    for kt in T.serial(k_tiles):
-                        # parity flipped: a fresh barrier counts as released, every stage starts free
-                        T.cuda.mbarrier_wait(empty.ptr_to([kt % stages]), (kt // stages) % 2 ^ 1)
-                        load(A, B, A_s, B_s, full, block_m, block_n, k_first + kt, kt % stages)
+                    for i in T.serial(tiles_of(cta)):
+                        t: T.let = cta + i * ctas
+                        for kt in T.serial(k_tiles):
+                            it: T.let = i * k_tiles + kt
+                            # parity flipped: a fresh barrier counts as released, every stage starts free
+                            T.cuda.mbarrier_wait(empty.ptr_to([it % stages]), (it // stages) % 2 ^ 1)
+                            load(A, B, A_s, B_s, full, block_m_of(t), block_n_of(t), split_of(t) * k_tiles + kt,
+                                 it % stages)
             else:
-                for i in T.serial(subtiles * half):
-                    acc[i] = T.float32(0)
-                for kt in T.serial(k_tiles):
-                    multiply(A_s, B_s, full, acc, desc_a, desc_b, wg, kt)
-                    T.ptx.mbarrier.arrive.shared.b64(empty.ptr_to([kt % stages]))
-                store(C, acc, block_m, block_n, wg, lane, split)
+                for i in T.serial(tiles_of(cta)):
+                    t: T.let = cta + i * ctas
+                    for j in T.serial(subtiles * half):
+                        acc[j] = T.float32(0)
+                    for kt in T.serial(k_tiles):
+                        multiply(A_s, B_s, full, acc, desc_a, desc_b, wg, i * k_tiles + kt)
+                        T.ptx.mbarrier.arrive.shared.b64(empty.ptr_to([(i * k_tiles + kt) % stages]))
+                    store(C, acc, block_m_of(t), block_n_of(t), wg, lane, split_of(t))
         else:
+            block_m: T.let = block_m_of(cta)
+            block_n: T.let = block_n_of(cta)
+            k_first: T.let = split_of(cta) * k_tiles  # this split's first K-tile
             if tid == 0:
                 for kt in T.serial(prefetch):
                     load(A, B, A_s, B_s, full, block_m, block_n, k_first + kt, kt)
@@ -301,7 +339,7 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
                              (kt + stages - 1) % stages)
                 multiply(A_s, B_s, full, acc, desc_a, desc_b, wg, kt)
                 T.cuda.cta_sync()  # every warpgroup is done with this stage before it is loaded again
-            store(C, acc, block_m, block_n, wg, lane, split)
+            store(C, acc, block_m, block_n, wg, lane, split_of(cta))
     # fmt: on
 
     return main

@@ -53,6 +53,7 @@ def test_every_admitted_variant_lowers_to_sm90a_cuda_with_wgmma_and_tma(tile):
     ({"b_layout": "t"}, "b_layout='t': 'nk' (B[N, K]) or 'kn' (B[K, N])"),
     ({"bn": 32, "b_layout": "kn"}, "bn=32 with b_layout='kn': B's tile is read in 64-column swizzle chunks"),
     ({"dtype": "float32"}, "dtype 'float32' is not one of float16, bfloat16"),
+    ({"persistent": True, "producer": False}, "persistent=True needs producer=True"),
     ({"bm": 128, "bn": 256}, "256 fp32 accumulators a thread (at most 128)"),
     ({"bm": 256, "bn": 256, "consumers": 2, "stages": 4}, "bytes of shared memory (at most 232448): fewer stages"),
 ])
@@ -121,3 +122,14 @@ def test_split_k_variants_write_fp32_partials_and_refuse_an_epilogue():
     assert tile.fits(128, 768, 3072) == [] and tile.fits(128, 768, 1024) == ["K=1024 is not a multiple of 384"]
     with pytest.raises(ValueError, match=re.escape("k_splits=9: 1 to 8")):
         GemmTile(k_splits=9)
+
+
+def test_a_persistent_variant_launches_a_block_per_sm_that_walks_the_tiles_on_one_ring():
+    tile = GemmTile(bm=128, bn=256, stages=4, consumers=2, persistent=True)
+    source = compile_gemm(4096, 4096, 512, tile, "float16").mod.imports[0].inspect_source()
+    # 512 tiles of 128x256 for 132 blocks: block b takes b, b + 132, ... (the loop's trip count)
+    assert re.search(r"\(\(511 - \(\(int\)blockIdx.x\)\) / 132\) \+ 1\)", source)
+    assert source.count("m64n256k16_f32_f16_f16") >= 4 and "cp.async.bulk.tensor" in source
+    few = compile_gemm(512, 512, 512, GemmTile(bm=128, bn=128, persistent=True), "float16")
+    assert "/ 132)" not in few.mod.imports[0].inspect_source()  # 16 tiles: a block each, no loop
+    assert gemm(4096, 4096, 512, tile, sms=114).script().count("114") >= 1  # an H100 PCIe's SMs

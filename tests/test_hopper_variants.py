@@ -99,3 +99,16 @@ def test_split_k_is_offered_for_tilings_under_a_wave_with_two_k_tiles_a_split():
     big = variants(4096, 4096, 4096, b_layout="kn")
     assert {t.k_splits for t in big} == {1}  # a full wave or more: nothing to gain
     assert all((4096 // t.bm) * (4096 // t.bn) >= SMS or t.k_splits == 1 for t in big)
+
+
+def test_persistent_blocks_are_offered_for_tilings_over_a_wave_with_a_producer():
+    from kb_tvm.search.hopper_variants import SMS
+
+    big = variants(4096, 4096, 4096)
+    persistent = [t for t in big if t.persistent]
+    assert persistent and all(t.producer and (4096 // t.bm) * (4096 // t.bn) > SMS for t in persistent)
+    # each is the non-persistent variant's twin, ranked by the model as a little faster
+    for tile in persistent:
+        twin = next(t for t in big if not t.persistent and t.describe() + ", persistent=True" == tile.describe())
+        assert predicted_seconds(tile, 4096, 4096, 4096) < predicted_seconds(twin, 4096, 4096, 4096)
+    assert not any(t.persistent for t in variants(128, 768, 768))  # under a wave: no tile to walk on to

@@ -33,7 +33,8 @@ HBM_BYTES_PER_S = 4.0e12  # what a split-K sum reads and writes moves at about t
 
 def variants(m: int, n: int, k: int, dtype: str = "float16", b_layout: str = "nk") -> list[GemmTile]:
     """Every variant the template admits for an (m, n, k) GEMM (tile order fixed at group_m=8),
-    split-K ones for tilings of less than a wave of blocks, with at least two K-tiles a split."""
+    persistent ones (with a producer) for tilings of more than a wave of blocks, split-K ones for
+    tilings of less than a wave, with at least two K-tiles a split."""
     out = []
     for bm, bn, stages, consumers, producer in itertools.product(BM_CHOICES, BN_CHOICES, STAGE_CHOICES, (1, 2),
                                                                  (True, False)):
@@ -45,6 +46,9 @@ def variants(m: int, n: int, k: int, dtype: str = "float16", b_layout: str = "nk
         if tile.fits(m, n, k):
             continue
         out.append(tile)
+        if producer and (m // bm) * (n // bn) > SMS:  # more than a wave: a block per SM walks the tiles
+            out.append(GemmTile(bm=bm, bn=bn, stages=stages, consumers=consumers, producer=True,
+                                b_layout=b_layout, dtype=dtype, persistent=True))
         if (m // bm) * (n // bn) < SMS:
             out.extend(GemmTile(bm=bm, bn=bn, stages=stages, consumers=consumers, producer=producer,
                                 b_layout=b_layout, dtype=dtype, k_splits=splits) for splits in K_SPLIT_CHOICES
@@ -53,7 +57,7 @@ def variants(m: int, n: int, k: int, dtype: str = "float16", b_layout: str = "nk
 
 
 def family(tile: GemmTile) -> tuple:
-    return (tile.consumers, tile.producer, tile.bn, tile.k_splits > 1)
+    return (tile.consumers, tile.producer, tile.bn, tile.k_splits > 1, tile.persistent)
 
 
 def predicted_seconds(tile: GemmTile, m: int, n: int, k: int) -> float:
@@ -65,6 +69,8 @@ def predicted_seconds(tile: GemmTile, m: int, n: int, k: int) -> float:
     # wgmma's issue rate grows with N; a producer takes the loads off the consumers' path
     efficiency = 0.75 * (tile.bn / 256) ** 0.25 * (1.0 if tile.producer else 0.9) * min(1.0, per_sm * tile.consumers / 2)
     block_flops = 2.0 * tile.bm * tile.bn * k / splits
+    if tile.persistent:  # one block an SM: the next tile's loads overlap this one's epilogue (a prior, ~5%)
+        waves, per_sm, efficiency = math.ceil(blocks / SMS), 1, efficiency / 0.95
     seconds = waves * per_sm * block_flops / (PEAK_FLOPS / SMS) / efficiency + 2e-6  # + a launch
     if splits > 1:  # the partial sums written, read back and summed by a second launch
         seconds += 2e-6 + 2 * splits * m * n * 4 / HBM_BYTES_PER_S
@@ -138,5 +144,5 @@ class VariantSearch:
         """A measurement as data that rebuilds the variant: GemmTile(**record["tile"])."""
         return {"tile": {name: getattr(tile, name) for name in
                          ("bm", "bn", "stages", "consumers", "group_m", "producer", "b_layout", "dtype",
-                          "k_splits")},
+                          "k_splits", "persistent")},
                 "seconds": seconds}
