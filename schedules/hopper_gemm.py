@@ -141,9 +141,14 @@ class GemmTile:
         return out
 
     def fits(self, m: int, n: int, k: int) -> list[str]:
-        """Why this tile cannot compute an (m, n, k) GEMM; empty when it can."""
-        return [f"{name}={size} is not a multiple of {tile}" for name, size, tile in
-                (("M", m, self.bm), ("N", n, self.bn), ("K", k, self.bk * self.k_splits)) if size % tile]
+        """Why this tile cannot compute an (m, n, k) GEMM; empty when it can. Shapes off the tile
+        are computed whole: TMA fills what lies past M, N or K with zeros, the stores are guarded.
+        Rows of 16 bytes are TMA's rule (N and K multiples of 8); split-K variants take whole tiles."""
+        if self.k_splits > 1:
+            return [f"{name}={size} is not a multiple of {tile}" for name, size, tile in
+                    (("M", m, self.bm), ("N", n, self.bn), ("K", k, self.bk * self.k_splits)) if size % tile]
+        return [f"{name}={size} is not a multiple of 8 (TMA copies rows of 16 bytes)"
+                for name, size in (("N", n), ("K", k)) if size % 8]
 
 
 def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, epilogue=None, sms: int = SMS):
@@ -167,7 +172,8 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
                          "epilogue runs where the partials are summed)")
     dtype, bm, bn, bk, stages = tile.dtype, tile.bm, tile.bn, tile.bk, tile.stages
     group_m = tile.group_m
-    grid_m, grid_n, k_tiles = m // bm, n // bn, k // bk // splits  # k_tiles: of one split
+    grid_m, grid_n, k_tiles = -(-m // bm), -(-n // bn), -(-k // bk) // splits  # k_tiles: of one split
+    ragged = bool(m % bm or n % bn)  # the last tiles' stores are guarded (N's come in whole groups of 8)
     tiles = grid_m * grid_n * splits
     ctas = min(tiles, sms) if tile.persistent else tiles
     rows = tile.rows_per_consumer
@@ -269,6 +275,14 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
                     C[split, row, col + 1] = acc[sub * half + i * 4 + 1]
                     C[split, row + 8, col] = acc[sub * half + i * 4 + 2]
                     C[split, row + 8, col + 1] = acc[sub * half + i * 4 + 3]
+                elif ragged:
+                    if col < n:
+                        if row < m:
+                            C[row, col] = epilogue(acc[sub * half + i * 4], row, col)
+                            C[row, col + 1] = epilogue(acc[sub * half + i * 4 + 1], row, col + 1)
+                        if row + 8 < m:
+                            C[row + 8, col] = epilogue(acc[sub * half + i * 4 + 2], row + 8, col)
+                            C[row + 8, col + 1] = epilogue(acc[sub * half + i * 4 + 3], row + 8, col + 1)
                 else:
                     C[row, col] = epilogue(acc[sub * half + i * 4], row, col)
                     C[row, col + 1] = epilogue(acc[sub * half + i * 4 + 1], row, col + 1)

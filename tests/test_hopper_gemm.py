@@ -71,11 +71,19 @@ def test_b_as_k_by_n_is_the_matmul_of_metaschedule_workloads():
     assert 'B: T.Buffer((512, 128), "float16")' in as_linear
 
 
-def test_shapes_off_the_tile_are_refused_with_the_dimension():
-    tile = GemmTile(bm=128, bn=128)
-    assert tile.fits(256, 256, 128) == []
-    with pytest.raises(ValueError, match=re.escape("M=200 is not a multiple of 128; K=100 is not a multiple of 64")):
-        gemm(200, 256, 100, tile)
+def test_shapes_off_the_tile_are_computed_whole_with_guarded_stores():
+    tile = GemmTile(bm=128, bn=128, consumers=2)
+    on_tile = compile_gemm(256, 256, 128, tile, "float16").mod.imports[0].inspect_source()
+    ragged = compile_gemm(200, 264, 104, tile, "float16").mod.imports[0].inspect_source()
+    # 2 x 3 blocks, 2 K-tiles (TMA fills rows 200-255, columns 264-383 and K 104-127 with zeros);
+    # the stores past row 200 or column 264 are skipped: 200 = 128 + 8 * 8 + 8, 264 = 256 + 8
+    assert "< 25)" in ragged and "((int)blockIdx.x) < 4)" in ragged
+    assert "< 25)" not in on_tile and ragged.count("if (") > on_tile.count("if (")
+    with pytest.raises(ValueError, match=re.escape("N=100 is not a multiple of 8 (TMA copies rows of 16 bytes); "
+                                                   "K=100 is not a multiple of 8")):
+        gemm(200, 100, 100, tile)
+    split = GemmTile(bm=64, bn=64, k_splits=2)  # split-K variants take whole tiles
+    assert split.fits(200, 256, 256) == ["M=200 is not a multiple of 64"]
 
 
 def test_a_fused_tasks_kernel_computes_its_epilogue_and_takes_its_parameters_in_order():

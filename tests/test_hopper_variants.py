@@ -31,7 +31,11 @@ def test_every_variant_offered_is_admitted_and_fits_the_shape():
     pool = variants(4096, 4096, 4096)
     assert len(pool) > 20
     assert all(not t.problems() and not t.fits(4096, 4096, 4096) for t in pool)
-    assert {t.bm for t in variants(128, 768, 768)} == {64, 128}  # 256 rows do not fit M = 128
+    assert {t.bm for t in variants(128, 768, 768)} == {64, 128}  # 256 rows: 128 of them padding
+    # off the tile (a ViT's 197 tokens): every tile that pads less than a 64-row or -column strip
+    ragged = variants(197, 264, 104)
+    assert {(t.bm, t.bn) for t in ragged} == {(bm, bn) for bm in (64, 128, 256) for bn in (32, 64, 96)}
+    assert all(t.k_splits == 1 for t in ragged)  # split-K takes whole tiles
 
 
 def test_the_search_corrects_its_model_finds_the_fastest_and_measures_few():
@@ -79,8 +83,8 @@ def test_a_search_rebuilt_from_its_records_asks_what_the_original_would():
 
 
 def test_bad_inputs_are_refused_with_the_rule():
-    with pytest.raises(ValueError, match="no Hopper GEMM variant fits 100x768x768"):
-        VariantSearch(100, 768, 768)
+    with pytest.raises(ValueError, match=r"no Hopper GEMM variant fits 100x768x100 \(N and K multiples of 8"):
+        VariantSearch(100, 768, 100)
     with pytest.raises(ValueError, match="patience=0"):
         VariantSearch(128, 768, 768, patience=0)
     search = VariantSearch(128, 768, 768)

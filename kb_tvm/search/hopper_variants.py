@@ -34,7 +34,8 @@ HBM_BYTES_PER_S = 4.0e12  # what a split-K sum reads and writes moves at about t
 def variants(m: int, n: int, k: int, dtype: str = "float16", b_layout: str = "nk") -> list[GemmTile]:
     """Every variant the template admits for an (m, n, k) GEMM (tile order fixed at group_m=8),
     persistent ones (with a producer) for tilings of more than a wave of blocks, split-K ones for
-    tilings of less than a wave, with at least two K-tiles a split."""
+    tilings of less than a wave, with at least two K-tiles a split. Off the shape, tiles that would
+    compute whole 64-row or 64-column strips of padding are left out."""
     out = []
     for bm, bn, stages, consumers, producer in itertools.product(BM_CHOICES, BN_CHOICES, STAGE_CHOICES, (1, 2),
                                                                  (True, False)):
@@ -43,17 +44,23 @@ def variants(m: int, n: int, k: int, dtype: str = "float16", b_layout: str = "nk
                             b_layout=b_layout, dtype=dtype)
         except ValueError:  # a rule of the template: too many registers, too much shared memory
             continue
-        if tile.fits(m, n, k):
+        if tile.fits(m, n, k) or wasted(tile, m, n):
             continue
         out.append(tile)
-        if producer and (m // bm) * (n // bn) > SMS:  # more than a wave: a block per SM walks the tiles
+        tiles = -(-m // bm) * -(-n // bn)
+        if producer and tiles > SMS:  # more than a wave: a block per SM walks the tiles
             out.append(GemmTile(bm=bm, bn=bn, stages=stages, consumers=consumers, producer=True,
                                 b_layout=b_layout, dtype=dtype, persistent=True))
-        if (m // bm) * (n // bn) < SMS:
+        if tiles < SMS:
             out.extend(GemmTile(bm=bm, bn=bn, stages=stages, consumers=consumers, producer=producer,
                                 b_layout=b_layout, dtype=dtype, k_splits=splits) for splits in K_SPLIT_CHOICES
                        if k % (tile.bk * splits) == 0 and k // (tile.bk * splits) >= 2)
     return out
+
+
+def wasted(tile: GemmTile, m: int, n: int) -> bool:
+    """A tile off the shape that computes whole 64-row wgmmas, or 64 columns, of nothing but zeros."""
+    return -(-m // tile.bm) * tile.bm - m >= 64 or -(-n // tile.bn) * tile.bn - n >= 64
 
 
 def family(tile: GemmTile) -> tuple:
@@ -64,7 +71,7 @@ def predicted_seconds(tile: GemmTile, m: int, n: int, k: int) -> float:
     """Waves of blocks times a block's work at an efficiency; a ranking, not a promise."""
     per_sm = max(1, min(SM_SHARED_BYTES // tile.shared_bytes, SM_REGISTERS // (tile.threads * 168)))
     splits = tile.k_splits
-    blocks = (m // tile.bm) * (n // tile.bn) * splits
+    blocks = -(-m // tile.bm) * -(-n // tile.bn) * splits
     waves = math.ceil(blocks / (SMS * per_sm))
     # wgmma's issue rate grows with N; a producer takes the loads off the consumers' path
     efficiency = 0.75 * (tile.bn / 256) ** 0.25 * (1.0 if tile.producer else 0.9) * min(1.0, per_sm * tile.consumers / 2)
@@ -98,7 +105,7 @@ class VariantSearch:
             raise ValueError(f"hope={self.hope!r}: a fraction in [0, 1)")
         self.pool = variants(self.m, self.n, self.k, self.dtype, self.b_layout)
         if not self.pool:
-            raise ValueError(f"no Hopper GEMM variant fits {self.m}x{self.n}x{self.k} (multiples of 64 and 8 needed)")
+            raise ValueError(f"no Hopper GEMM variant fits {self.m}x{self.n}x{self.k} (N and K multiples of 8 needed)")
 
     def corrected(self, tile: GemmTile) -> float:
         """The model's seconds for `tile` times its family's measured / predicted ratio (the
