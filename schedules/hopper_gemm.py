@@ -143,12 +143,14 @@ class GemmTile:
     def fits(self, m: int, n: int, k: int) -> list[str]:
         """Why this tile cannot compute an (m, n, k) GEMM; empty when it can. Shapes off the tile
         are computed whole: TMA fills what lies past M, N or K with zeros, the stores are guarded.
-        Rows of 16 bytes are TMA's rule (N and K multiples of 8); split-K variants take whole tiles."""
-        if self.k_splits > 1:
-            return [f"{name}={size} is not a multiple of {tile}" for name, size, tile in
-                    (("M", m, self.bm), ("N", n, self.bn), ("K", k, self.bk * self.k_splits)) if size % tile]
-        return [f"{name}={size} is not a multiple of 8 (TMA copies rows of 16 bytes)"
-                for name, size in (("N", n), ("K", k)) if size % 8]
+        Rows of 16 bytes are TMA's rule (N and K multiples of 8); a split-K variant's splits take
+        whole K-tiles, the same number each."""
+        out = [f"{name}={size} is not a multiple of 8 (TMA copies rows of 16 bytes)"
+               for name, size in (("N", n), ("K", k)) if size % 8]
+        if self.k_splits > 1 and k % (self.bk * self.k_splits):
+            out.append(f"K={k} is not a multiple of {self.bk * self.k_splits} ({self.k_splits} splits of whole "
+                       f"{self.bk}-wide K-tiles)")
+        return out
 
 
 def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, epilogue=None, sms: int = SMS):
@@ -270,7 +272,15 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
             for i in T.unroll(half // 4):
                 row: T.let = block_m * bm + wg * rows + sub * 64 + warp * 16 + lane % 32 // 4
                 col: T.let = block_n * bn + i * 8 + lane % 4 * 2
-                if splits > 1:
+                if splits > 1 and ragged:
+                    if col < n:
+                        if row < m:
+                            C[split, row, col] = acc[sub * half + i * 4]
+                            C[split, row, col + 1] = acc[sub * half + i * 4 + 1]
+                        if row + 8 < m:
+                            C[split, row + 8, col] = acc[sub * half + i * 4 + 2]
+                            C[split, row + 8, col + 1] = acc[sub * half + i * 4 + 3]
+                elif splits > 1:
                     C[split, row, col] = acc[sub * half + i * 4]
                     C[split, row, col + 1] = acc[sub * half + i * 4 + 1]
                     C[split, row + 8, col] = acc[sub * half + i * 4 + 2]

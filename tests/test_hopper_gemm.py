@@ -82,8 +82,11 @@ def test_shapes_off_the_tile_are_computed_whole_with_guarded_stores():
     with pytest.raises(ValueError, match=re.escape("N=100 is not a multiple of 8 (TMA copies rows of 16 bytes); "
                                                    "K=100 is not a multiple of 8")):
         gemm(200, 100, 100, tile)
-    split = GemmTile(bm=64, bn=64, k_splits=2)  # split-K variants take whole tiles
-    assert split.fits(200, 256, 256) == ["M=200 is not a multiple of 64"]
+    split = GemmTile(bm=64, bn=64, k_splits=2)  # split-K: whole K-tiles, as many for each split
+    assert split.fits(200, 264, 256) == [] and split.fits(200, 264, 192) == [
+        "K=192 is not a multiple of 128 (2 splits of whole 64-wide K-tiles)"]
+    partials = compile_gemm(77, 264, 256, split, "float32").mod.imports[0].inspect_source()
+    assert "< 77)" in partials or "< 13)" in partials  # rows past M are not stored
 
 
 def test_a_fused_tasks_kernel_computes_its_epilogue_and_takes_its_parameters_in_order():
@@ -127,7 +130,8 @@ def test_split_k_variants_write_fp32_partials_and_refuse_an_epilogue():
     assert "wgmma.mma_async" in source and "cp.async.bulk.tensor" in source
     with pytest.raises(ValueError, match=re.escape("k_splits=6 writes fp32 partial sums")):
         gemm(128, 768, 3072, tile, "float16")
-    assert tile.fits(128, 768, 3072) == [] and tile.fits(128, 768, 1024) == ["K=1024 is not a multiple of 384"]
+    assert tile.fits(128, 768, 3072) == [] and tile.fits(128, 768, 1024) == [
+        "K=1024 is not a multiple of 384 (6 splits of whole 64-wide K-tiles)"]
     with pytest.raises(ValueError, match=re.escape("k_splits=9: 1 to 8")):
         GemmTile(k_splits=9)
 
