@@ -26,7 +26,8 @@ mbarrier, which the producer waits on before it loads that stage again. Without 
 (`producer=False`) thread 0 loads `stages - 1` tiles ahead and the block syncs after every K-tile.
 A persistent block's ring runs on from one output tile to the next, so the producer loads the next
 tile's first K-tiles while the consumers store the last one.
-The epilogue stores the accumulator fragments straight to global memory, each through `epilogue`.
+The epilogue stores the accumulator fragments straight to global memory, each through `epilogue`,
+a thread's two neighbouring outputs in one store (`paired_stores`).
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ class GemmTile:
     # epilogue applied) by a second kernel: small-M, long-K GEMMs (BERT's FFN down, 128x768x3072:
     # 24 tiles of 64x64 for 132 SMs) otherwise leave most of the GPU idle
     k_splits: int = 1
+    # each thread's two neighbouring outputs stored at once (half2, bfloat162, float2) rather than
+    # one element at a time
+    paired_stores: bool = True
     # one block per SM (times what fits) walks tile after tile: the producer loads the next
     # tile's K-tiles while the consumers store the last one, so the epilogue and the pipeline's
     # fill no longer leave the tensor cores idle once per tile (needs the producer warpgroup)
@@ -104,7 +108,8 @@ class GemmTile:
         return (f"bm={self.bm}, bn={self.bn}, stages={self.stages}, consumers={self.consumers}, "
                 f"group_m={self.group_m}, producer={self.producer}, b_layout={self.b_layout}, dtype={self.dtype}"
                 + (f", k_splits={self.k_splits}" if self.k_splits != 1 else "")
-                + (", persistent=True" if self.persistent else ""))
+                + (", persistent=True" if self.persistent else "")
+                + ("" if self.paired_stores else ", paired_stores=False"))
 
     def problems(self) -> list[str]:
         out = []
@@ -124,6 +129,8 @@ class GemmTile:
             out.append(f"k_splits={self.k_splits!r}: 1 to 8")
         if not isinstance(self.producer, bool):
             out.append(f"producer={self.producer!r}: True or False")
+        if not isinstance(self.paired_stores, bool):
+            out.append(f"paired_stores={self.paired_stores!r}: True or False")
         if not isinstance(self.persistent, bool):
             out.append(f"persistent={self.persistent!r}: True or False")
         elif self.persistent and not self.producer:
@@ -198,6 +205,8 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
     producer = tile.producer
     consumer_threads = WARPGROUP_THREADS * tile.consumers
 
+    stored = "float32" if splits > 1 else out_dtype
+    pair_name, pair_source = _PAIR_STORES[stored]
     if epilogue is None:
         def epilogue(acc, row, col):
             return T.Cast(out_dtype, acc)
@@ -264,40 +273,40 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
         T.ptx.wgmma.wait_group.sync.aligned(0)
 
     @T.macro
+    def put(C, split, row, col, a0, a1):
+        """C[row, col] and C[row, col + 1] (a split's partial sums: C[split, row, ..]) from two
+        accumulators, with one 4- or 8-byte store where `paired_stores`."""
+        if splits > 1:
+            if tile.paired_stores:
+                T.cuda.func_call(pair_name, T.address_of(C[split, row, col]), a0, a1, source_code=pair_source)
+            else:
+                C[split, row, col] = a0
+                C[split, row, col + 1] = a1
+        elif tile.paired_stores:
+            T.cuda.func_call(pair_name, T.address_of(C[row, col]), epilogue(a0, row, col),
+                             epilogue(a1, row, col + 1), source_code=pair_source)
+        else:
+            C[row, col] = epilogue(a0, row, col)
+            C[row, col + 1] = epilogue(a1, row, col + 1)
+
+    @T.macro
     def store(C, acc, block_m, block_n, wg, lane, split):
-        """A consumer warpgroup's accumulator fragments to C (wgmma's m64nN layout), or to its
-        split's partial sums P = C[split]."""
+        """A consumer warpgroup's accumulator fragments to C (wgmma's m64nN layout: a thread holds
+        pairs of neighbours in rows r and r + 8), or to its split's partial sums P = C[split]."""
         warp: T.let = lane // 32
         for sub in T.unroll(subtiles):
             for i in T.unroll(half // 4):
                 row: T.let = block_m * bm + wg * rows + sub * 64 + warp * 16 + lane % 32 // 4
                 col: T.let = block_n * bn + i * 8 + lane % 4 * 2
-                if splits > 1 and ragged:
+                if ragged:
                     if col < n:
                         if row < m:
-                            C[split, row, col] = acc[sub * half + i * 4]
-                            C[split, row, col + 1] = acc[sub * half + i * 4 + 1]
+                            put(C, split, row, col, acc[sub * half + i * 4], acc[sub * half + i * 4 + 1])
                         if row + 8 < m:
-                            C[split, row + 8, col] = acc[sub * half + i * 4 + 2]
-                            C[split, row + 8, col + 1] = acc[sub * half + i * 4 + 3]
-                elif splits > 1:
-                    C[split, row, col] = acc[sub * half + i * 4]
-                    C[split, row, col + 1] = acc[sub * half + i * 4 + 1]
-                    C[split, row + 8, col] = acc[sub * half + i * 4 + 2]
-                    C[split, row + 8, col + 1] = acc[sub * half + i * 4 + 3]
-                elif ragged:
-                    if col < n:
-                        if row < m:
-                            C[row, col] = epilogue(acc[sub * half + i * 4], row, col)
-                            C[row, col + 1] = epilogue(acc[sub * half + i * 4 + 1], row, col + 1)
-                        if row + 8 < m:
-                            C[row + 8, col] = epilogue(acc[sub * half + i * 4 + 2], row + 8, col)
-                            C[row + 8, col + 1] = epilogue(acc[sub * half + i * 4 + 3], row + 8, col + 1)
+                            put(C, split, row + 8, col, acc[sub * half + i * 4 + 2], acc[sub * half + i * 4 + 3])
                 else:
-                    C[row, col] = epilogue(acc[sub * half + i * 4], row, col)
-                    C[row, col + 1] = epilogue(acc[sub * half + i * 4 + 1], row, col + 1)
-                    C[row + 8, col] = epilogue(acc[sub * half + i * 4 + 2], row + 8, col)
-                    C[row + 8, col + 1] = epilogue(acc[sub * half + i * 4 + 3], row + 8, col + 1)
+                    put(C, split, row, col, acc[sub * half + i * 4], acc[sub * half + i * 4 + 1])
+                    put(C, split, row + 8, col, acc[sub * half + i * 4 + 2], acc[sub * half + i * 4 + 3])
 
     @T.prim_func(check_well_formed=False)  # an epilogue's buffers are main's parameters once the caller adds them
     def main(a_ptr: T.handle, b_ptr: T.handle, c_ptr: T.handle) -> None:
@@ -367,6 +376,16 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
     # fmt: on
 
     return main
+
+
+# one store of two neighbouring elements (col even, N a multiple of 8: 4- or 8-byte aligned)
+_PAIR_TYPES = {"float16": ("half", "half2", "__halves2half2"),
+               "bfloat16": ("nv_bfloat16", "nv_bfloat162", "__halves2bfloat162"),
+               "float32": ("float", "float2", "make_float2")}
+_PAIR_STORES = {dtype: (f"kb_store_pair_{dtype}",
+                        f"\n__forceinline__ __device__ void kb_store_pair_{dtype}(void* dst, {one} a, {one} b) {{\n"
+                        f"    *(({two}*)dst) = {make}(a, b);\n}}\n")
+                for dtype, (one, two, make) in _PAIR_TYPES.items()}
 
 
 def sm90a_target():

@@ -145,3 +145,17 @@ def test_a_persistent_variant_launches_a_block_per_sm_that_walks_the_tiles_on_on
     few = compile_gemm(512, 512, 512, GemmTile(bm=128, bn=128, persistent=True), "float16")
     assert "/ 132)" not in few.mod.imports[0].inspect_source()  # 16 tiles: a block each, no loop
     assert gemm(4096, 4096, 512, tile, sms=114).script().count("114") >= 1  # an H100 PCIe's SMs
+
+
+@pytest.mark.parametrize(("out_dtype", "pair"), [("float16", "half2"), ("bfloat16", "nv_bfloat162"),
+                                                 ("float32", "float2")])
+def test_a_threads_two_neighbouring_outputs_are_stored_at_once_unless_told_otherwise(out_dtype, pair):
+    tile = GemmTile(bm=64, bn=64, stages=3, dtype="bfloat16" if out_dtype == "bfloat16" else "float16")
+    paired = compile_gemm(128, 128, 128, tile, out_dtype).mod.imports[0].inspect_source()
+    assert f"*(({pair}*)dst)" in paired
+    # 64x64 by one warpgroup: 32 accumulators a thread, 16 pairs, each one call
+    assert paired.count(f"kb_store_pair_{out_dtype}((&(C_ptr[") == 16
+    single = GemmTile(bm=64, bn=64, stages=3, dtype=tile.dtype, paired_stores=False)
+    assert single.describe().endswith("paired_stores=False")
+    scalar = compile_gemm(128, 128, 128, single, out_dtype).mod.imports[0].inspect_source()
+    assert "kb_store_pair" not in scalar and scalar.count("C_ptr[") >= 32

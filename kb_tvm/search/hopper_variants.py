@@ -151,5 +151,5 @@ class VariantSearch:
         """A measurement as data that rebuilds the variant: GemmTile(**record["tile"])."""
         return {"tile": {name: getattr(tile, name) for name in
                          ("bm", "bn", "stages", "consumers", "group_m", "producer", "b_layout", "dtype",
-                          "k_splits", "persistent")},
+                          "k_splits", "persistent", "paired_stores")},
                 "seconds": seconds}
