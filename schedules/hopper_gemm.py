@@ -11,9 +11,9 @@ row), the pipeline depth, the consumer warpgroups that split BM and the tile ord
 rows at a time, for L2), split-K (k_splits) and persistent blocks (`persistent`: one block per SM
 walks the output tiles in turn). `GemmTile(...)` refuses a set that cannot build or run and says why.
 The epilogue is a parameter: what is stored from each fp32 accumulator (a cast by default; a
-task's bias, residual and GELU when kb_tvm/search/hopper_match.py reads them off its TIR). Not yet:
-setmaxnreg for the producer, clusters, a staged (TMA-store) epilogue, shapes off the tile,
-batched matmuls. kb_tvm/search/hopper_variants.py searches the variants (`python -m kb_tvm.bench_hopper
+task's bias, residual and GELU when kb_tvm/search/hopper_match.py reads them off its TIR). A batch
+of GEMMs (`gemm(batch=)`: attention's heads) is one launch over all of their tiles. Not yet:
+setmaxnreg for the producer, clusters, a staged (TMA-store) epilogue. kb_tvm/search/hopper_variants.py searches the variants (`python -m kb_tvm.bench_hopper
 --search`); `kb-tvm tune --precision fp16|bf16` on an sm_90 GPU uses them for the model's matmul
 tasks (kb_tvm/model_tuning/hopper_stage.py), and `kb-tvm tune-op` as a region of the task beside
 MetaSchedule's (kb_tvm/tuning.py's template_region).
@@ -147,32 +147,43 @@ class GemmTile:
                 out.append(f"{self.shared_bytes} bytes of shared memory (at most {MAX_SHARED_BYTES}): fewer stages")
         return out
 
-    def fits(self, m: int, n: int, k: int) -> list[str]:
-        """Why this tile cannot compute an (m, n, k) GEMM; empty when it can. Shapes off the tile
-        are computed whole: TMA fills what lies past M, N or K with zeros, the stores are guarded.
-        Rows of 16 bytes are TMA's rule (N and K multiples of 8); a split-K variant's splits take
-        whole K-tiles, the same number each."""
+    def fits(self, m: int, n: int, k: int, batch: int = 1, b_batched: bool = False) -> list[str]:
+        """Why this tile cannot compute an (m, n, k) GEMM (`batch` of them, with a B each where
+        `b_batched`); empty when it can. Shapes off the tile are computed whole: TMA fills what
+        lies past M, N or K with zeros, the stores are guarded. Rows of 16 bytes are TMA's rule (N
+        and K multiples of 8); a split-K variant's splits take whole K-tiles, the same number each."""
         out = [f"{name}={size} is not a multiple of 8 (TMA copies rows of 16 bytes)"
                for name, size in (("N", n), ("K", k)) if size % 8]
+        if batch > 1 and b_batched and self.b_layout == "kn" and k % self.bk:
+            out.append(f"K={k} is not a multiple of {self.bk}: a batch's last K-tile of B[K, N] would run into "
+                       "the next batch's")
         if self.k_splits > 1 and k % (self.bk * self.k_splits):
             out.append(f"K={k} is not a multiple of {self.bk * self.k_splits} ({self.k_splits} splits of whole "
                        f"{self.bk}-wide K-tiles)")
         return out
 
 
-def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, epilogue=None, sms: int = SMS):
+def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, epilogue=None, sms: int = SMS,
+         batch: int = 1, b_batched: bool = False):
     """The PrimFunc main(A[m, k], B[n, k] or B[k, n], C[m, n]) for one variant. epilogue(acc, row,
     col): the value stored at C[row, col] from its fp32 accumulator (default: acc cast to
     out_dtype); it may read buffers that are not parameters of main, which the caller then adds
     (kb_tvm/search/hopper_match.py's FusedGemm.kernel does, for a task's bias or residual).
-    `sms`: the GPU's SMs, the blocks a persistent variant launches per block an SM holds."""
+    `sms`: the GPU's SMs, the blocks a persistent variant launches per block an SM holds.
+    `batch` > 1: `batch` GEMMs with their matrices one after the other, A[batch * m, k] and
+    C[batch * m, n] (the epilogue's row counts across them), and B as [batch * n, k] or
+    [batch * k, n] where `b_batched`, else one B for all. A tile's rows or columns past its
+    GEMM's M or N read the next one's, and are not stored."""
     from tvm.backend.cuda.tile_primitive.tma_utils import SwizzleMode, mma_shared_layout
     from tvm.script import tirx as T
     from tvm.tirx.script import tile as Tx
 
-    misfit = tile.fits(m, n, k)
+    misfit = tile.fits(m, n, k, batch, b_batched)
     if misfit:
-        raise ValueError(f"GemmTile({tile.describe()}) cannot compute {m}x{n}x{k}: " + "; ".join(misfit))
+        raise ValueError(f"GemmTile({tile.describe()}) cannot compute {m}x{n}x{k}"
+                         + (f" (batch {batch})" if batch > 1 else "") + ": " + "; ".join(misfit))
+    if not (isinstance(batch, int) and batch >= 1):
+        raise ValueError(f"batch={batch!r}: an integer >= 1")
     if out_dtype not in OUTPUT_DTYPES:
         raise ValueError(f"out_dtype {out_dtype!r} is not one of {', '.join(OUTPUT_DTYPES)}")
     splits = tile.k_splits
@@ -183,7 +194,7 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
     group_m = tile.group_m
     grid_m, grid_n, k_tiles = -(-m // bm), -(-n // bn), -(-k // bk) // splits  # k_tiles: of one split
     ragged = bool(m % bm or n % bn)  # the last tiles' stores are guarded (N's come in whole groups of 8)
-    tiles = grid_m * grid_n * splits
+    tiles = grid_m * grid_n * batch * splits
     ctas = min(tiles, sms) if tile.persistent else tiles
     rows = tile.rows_per_consumer
     subtiles = rows // WGMMA_M
@@ -201,7 +212,8 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
     trans_b = 1 if b_kn else 0
     stage_bytes = tile.stage_bytes
     prefetch = min(stages - 1, k_tiles)
-    c_shape = (splits, m, n) if splits > 1 else (m, n)
+    c_shape = (splits, batch * m, n) if splits > 1 else (batch * m, n)
+    b_rows = (batch if b_batched else 1) * (k if b_kn else n)
     producer = tile.producer
     consumer_threads = WARPGROUP_THREADS * tile.consumers
 
@@ -217,7 +229,19 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
     # output tile t (of `tiles`): its split of K, and its block row and column, group_m block rows
     # at a time sweeping N, so the blocks running together share B's tiles in L2
     def split_of(t):
-        return t // (grid_m * grid_n)
+        return t // (grid_m * grid_n * batch)
+
+    def batch_of(t):
+        return t % (grid_m * grid_n * batch) // (grid_m * grid_n)
+
+    def a_row_of(t):
+        """The first row of A (of all the batch's) that tile t reads."""
+        return batch_of(t) * m + block_m_of(t) * bm
+
+    def b_row_of(t):
+        """B[N, K]: the first row tile t reads; B[K, N]: where its batch's K starts."""
+        first = batch_of(t) * (k if b_kn else n) if b_batched else 0
+        return first if b_kn else first + block_n_of(t) * bn
 
     def rows_in_group(t):
         first_m = t % (grid_m * grid_n) // (group_m * grid_n) * group_m
@@ -236,15 +260,16 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
 
     # fmt: off
     @T.macro
-    def load(A, B, A_s, B_s, full, block_m, block_n, kt, into):
-        """Thread issuing: K-tile kt's (of all of K) A and B tiles into stage `into`, completing full[into]."""
-        Tx.copy_async(A_s[into, :, :], A[block_m * bm:(block_m + 1) * bm, kt * bk:(kt + 1) * bk],
+    def load(A, B, A_s, B_s, full, a_row, b_row, block_n, kt, into):
+        """Thread issuing: K-tile kt's (of all of K) A and B tiles into stage `into`, completing
+        full[into]; a_row, b_row: a_row_of and b_row_of the tile."""
+        Tx.copy_async(A_s[into, :, :], A[a_row:a_row + bm, kt * bk:(kt + 1) * bk],
                       dispatch="tma_auto", mbar=full.ptr_to([into]))
         if b_kn:
-            Tx.copy_async(B_s[into, :, :], B[kt * bk:(kt + 1) * bk, block_n * bn:(block_n + 1) * bn],
+            Tx.copy_async(B_s[into, :, :], B[b_row + kt * bk:b_row + (kt + 1) * bk, block_n * bn:(block_n + 1) * bn],
                           dispatch="tma_auto", mbar=full.ptr_to([into]))
         else:
-            Tx.copy_async(B_s[into, :, :], B[block_n * bn:(block_n + 1) * bn, kt * bk:(kt + 1) * bk],
+            Tx.copy_async(B_s[into, :, :], B[b_row:b_row + bn, kt * bk:(kt + 1) * bk],
                           dispatch="tma_auto", mbar=full.ptr_to([into]))
         T.ptx.mbarrier.arrive.expect_tx.shared.b64(full.ptr_to([into]), T.uint32(stage_bytes))
 
@@ -290,28 +315,30 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
             C[row, col + 1] = epilogue(a1, row, col + 1)
 
     @T.macro
-    def store(C, acc, block_m, block_n, wg, lane, split):
+    def store(C, acc, block_m, block_n, wg, lane, split, first_row):
         """A consumer warpgroup's accumulator fragments to C (wgmma's m64nN layout: a thread holds
-        pairs of neighbours in rows r and r + 8), or to its split's partial sums P = C[split]."""
+        pairs of neighbours in rows r and r + 8), or to its split's partial sums P = C[split];
+        first_row: where its batch's rows start in C."""
         warp: T.let = lane // 32
         for sub in T.unroll(subtiles):
             for i in T.unroll(half // 4):
-                row: T.let = block_m * bm + wg * rows + sub * 64 + warp * 16 + lane % 32 // 4
+                row: T.let = block_m * bm + wg * rows + sub * 64 + warp * 16 + lane % 32 // 4  # in its batch
                 col: T.let = block_n * bn + i * 8 + lane % 4 * 2
                 if ragged:
                     if col < n:
                         if row < m:
-                            put(C, split, row, col, acc[sub * half + i * 4], acc[sub * half + i * 4 + 1])
+                            put(C, split, first_row + row, col, acc[sub * half + i * 4], acc[sub * half + i * 4 + 1])
                         if row + 8 < m:
-                            put(C, split, row + 8, col, acc[sub * half + i * 4 + 2], acc[sub * half + i * 4 + 3])
+                            put(C, split, first_row + row + 8, col, acc[sub * half + i * 4 + 2],
+                                acc[sub * half + i * 4 + 3])
                 else:
-                    put(C, split, row, col, acc[sub * half + i * 4], acc[sub * half + i * 4 + 1])
-                    put(C, split, row + 8, col, acc[sub * half + i * 4 + 2], acc[sub * half + i * 4 + 3])
+                    put(C, split, first_row + row, col, acc[sub * half + i * 4], acc[sub * half + i * 4 + 1])
+                    put(C, split, first_row + row + 8, col, acc[sub * half + i * 4 + 2], acc[sub * half + i * 4 + 3])
 
     @T.prim_func(check_well_formed=False)  # an epilogue's buffers are main's parameters once the caller adds them
     def main(a_ptr: T.handle, b_ptr: T.handle, c_ptr: T.handle) -> None:
-        A = T.match_buffer(a_ptr, (m, k), dtype)
-        B = T.match_buffer(b_ptr, (k, n) if b_kn else (n, k), dtype)
+        A = T.match_buffer(a_ptr, (batch * m, k), dtype)
+        B = T.match_buffer(b_ptr, (b_rows, n) if b_kn else (b_rows, k), dtype)
         C = T.match_buffer(c_ptr, c_shape, out_dtype)
         T.device_entry()
         cta = T.cta_id([ctas])
@@ -345,8 +372,8 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
                             it: T.let = i * k_tiles + kt
                             # parity flipped: a fresh barrier counts as released, every stage starts free
                             T.cuda.mbarrier_wait(empty.ptr_to([it % stages]), (it // stages) % 2 ^ 1)
-                            load(A, B, A_s, B_s, full, block_m_of(t), block_n_of(t), split_of(t) * k_tiles + kt,
-                                 it % stages)
+                            load(A, B, A_s, B_s, full, a_row_of(t), b_row_of(t), block_n_of(t),
+                                 split_of(t) * k_tiles + kt, it % stages)
             else:
                 for i in T.serial(tiles_of(cta)):
                     t: T.let = cta + i * ctas
@@ -355,24 +382,26 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
                     for kt in T.serial(k_tiles):
                         multiply(A_s, B_s, full, acc, desc_a, desc_b, wg, i * k_tiles + kt)
                         T.ptx.mbarrier.arrive.shared.b64(empty.ptr_to([(i * k_tiles + kt) % stages]))
-                    store(C, acc, block_m_of(t), block_n_of(t), wg, lane, split_of(t))
+                    store(C, acc, block_m_of(t), block_n_of(t), wg, lane, split_of(t), batch_of(t) * m)
         else:
             block_m: T.let = block_m_of(cta)
             block_n: T.let = block_n_of(cta)
+            a_row: T.let = a_row_of(cta)
+            b_row: T.let = b_row_of(cta)
             k_first: T.let = split_of(cta) * k_tiles  # this split's first K-tile
             if tid == 0:
                 for kt in T.serial(prefetch):
-                    load(A, B, A_s, B_s, full, block_m, block_n, k_first + kt, kt)
+                    load(A, B, A_s, B_s, full, a_row, b_row, block_n, k_first + kt, kt)
             for i in T.serial(subtiles * half):
                 acc[i] = T.float32(0)
             for kt in T.serial(k_tiles):
                 if tid == 0:
                     if kt + stages - 1 < k_tiles:
-                        load(A, B, A_s, B_s, full, block_m, block_n, k_first + kt + stages - 1,
+                        load(A, B, A_s, B_s, full, a_row, b_row, block_n, k_first + kt + stages - 1,
                              (kt + stages - 1) % stages)
                 multiply(A_s, B_s, full, acc, desc_a, desc_b, wg, kt)
                 T.cuda.cta_sync()  # every warpgroup is done with this stage before it is loaded again
-            store(C, acc, block_m, block_n, wg, lane, split_of(cta))
+            store(C, acc, block_m, block_n, wg, lane, split_of(cta), batch_of(cta) * m)
     # fmt: on
 
     return main
@@ -394,11 +423,13 @@ def sm90a_target():
     return tvm.target.Target({"kind": "cuda", "arch": "sm_90a", "host": {"kind": "llvm"}})
 
 
-def compile_gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32"):
-    """The compiled module (callable as mod(A, B, C)) for one variant on sm_90a."""
+def compile_gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, batch: int = 1,
+                 b_batched: bool = False):
+    """The compiled module (callable as mod(A, B, C)) for one variant on sm_90a (gemm's batch and
+    b_batched)."""
     import tvm
 
     target = sm90a_target()
     with target:
-        return tvm.compile(tvm.IRModule({"main": gemm(m, n, k, tile, out_dtype)}), target=target,
+        return tvm.compile(tvm.IRModule({"main": gemm(m, n, k, tile, out_dtype, batch=batch, b_batched=b_batched)}), target=target,
                            tir_pipeline="tirx")

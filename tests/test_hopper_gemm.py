@@ -159,3 +159,24 @@ def test_a_threads_two_neighbouring_outputs_are_stored_at_once_unless_told_other
     assert single.describe().endswith("paired_stores=False")
     scalar = compile_gemm(128, 128, 128, single, out_dtype).mod.imports[0].inspect_source()
     assert "kb_store_pair" not in scalar and scalar.count("C_ptr[") >= 32
+
+
+def test_a_batch_of_gemms_is_one_launch_over_the_batchs_tiles_with_its_rows_offset():
+    # BERT-base's attention scores: 12 heads of 128x128x64, B[K, N] a head each
+    tile = GemmTile(bm=64, bn=64, stages=2, b_layout="kn")
+    scores = gemm(128, 128, 64, tile, "float16", batch=12, b_batched=True)
+    assert [tuple(int(d) for d in p.ty.shape) for p in scores.params] == [(1536, 64), (768, 128), (1536, 128)]
+    source = compile_gemm(128, 128, 64, tile, "float16", batch=12, b_batched=True).mod.imports[0].inspect_source()
+    # 48 blocks (12 heads x 2 x 2): block t's head is t >> 2; its B rows start at head x 64 (= K)
+    loads = re.findall(r"cp_async_bulk_tensor_g2s\w+\(tvm_builtin_cuda_cvta_generic_to_shared[^;]*;", source)
+    assert "((((int)blockIdx.x) >> 2) * 128)" in loads[0]  # A: head x 128 rows
+    assert "((((int)blockIdx.x) >> 2) * 64)" in loads[1]  # B: head x 64 rows of K
+    # one B for all (a Linear layer over a batch), M off the tile: the rows past each M are not stored
+    shared = compile_gemm(77, 264, 256, GemmTile(bm=128, bn=128, consumers=2), "float16", batch=5)
+    assert "< 77)" in shared.mod.imports[0].inspect_source()
+    assert [tuple(int(d) for d in p.ty.shape) for p in gemm(77, 264, 256, GemmTile(), batch=5).params] == [
+        (385, 256), (264, 256), (385, 264)]
+    with pytest.raises(ValueError, match=re.escape("K=96 is not a multiple of 64: a batch's last K-tile of B[K, N] "
+                                                   "would run into the next batch's")):
+        gemm(128, 128, 96, tile, batch=12, b_batched=True)
+    assert tile.fits(128, 128, 96, batch=12) == []  # one B for all: TMA fills its K past 96 with zeros

@@ -23,6 +23,31 @@ def test_the_fp16_and_bf16_gemms_are_read_with_b_as_k_by_n_and_fp32_out():
     assert match_gemm(get_workload("gemm-4096-bf16").module()).dtype == "bfloat16"
 
 
+def test_batched_matmuls_are_read_as_a_batch_of_gemms_with_a_b_each_or_one_b_for_all():
+    import tvm
+    from tvm import te
+
+    # attention's scores: 12 heads, A[12, 128, 64] x B[12, 64, 128]
+    batched = match_gemm(get_workload("batch_matmul-12x128x128x64-fp16").module())
+    assert batched == GemmProblem(m=128, n=128, k=64, dtype="float16", out_dtype="float32", b_layout="kn",
+                                  batch=12, b_batched=True)
+    # the template's 2-D views: the heads' matrices one after the other
+    assert batched.gemm_shapes == ((12 * 128, 64), (12 * 64, 128), (12 * 128, 128))
+    a = te.placeholder((2, 3, 100, 64), "float16", name="A")  # a Linear layer over a [2, 3, 100] batch
+    w = te.placeholder((256, 64), "float16", name="W")
+    r = te.reduce_axis((0, 64), name="k")
+    c = te.compute((2, 3, 100, 256), lambda x, y, i, j: te.sum(
+        a[x, y, i, r].astype("float32") * w[j, r].astype("float32"), axis=r), name="C")
+    shared = match_gemm(tvm.IRModule({"main": te.create_prim_func([a, w, c])}))
+    assert (shared.batch, shared.b_batched, shared.b_layout) == (6, False, "nk")
+    assert shared.gemm_shapes == ((600, 64), (256, 64), (600, 256))
+    b = te.placeholder((3, 256, 64), "float16", name="B")  # batched over the wrong axis
+    d = te.compute((2, 3, 100, 256), lambda x, y, i, j: te.sum(
+        a[x, y, i, r].astype("float32") * b[y, j, r].astype("float32"), axis=r), name="D")
+    with pytest.raises(NotAHopperGemm, match=re.escape("B indexed as B[") ):
+        match_gemm(tvm.IRModule({"main": te.create_prim_func([a, b, d])}))
+
+
 def test_b_stored_as_n_by_k_is_read_as_such():
     import tvm
     from tvm import te
@@ -39,7 +64,6 @@ def test_b_stored_as_n_by_k_is_read_as_such():
 @pytest.mark.parametrize(("workload", "why"), [
     ("gemm-2048", "inputs float32 and float32: the template takes float16 or bfloat16"),
     ("gemm-gelu-256", "inputs float32 and float32: the template takes float16 or bfloat16"),
-    ("batch_matmul-12x128x128x64-fp16", "batched (12): batched matmuls are not in the template yet"),
     ("softmax-128x768", "2 reduction blocks of 4, not one GEMM"),
 ])
 def test_what_it_cannot_compute_is_refused_with_the_reason(workload, why):
@@ -74,7 +98,8 @@ def test_a_bert_layers_linear_tasks_are_read_with_their_fused_epilogues():
             fused = match_fused_gemm(task.dispatched[0])
         except NotAHopperGemm:
             continue
-        read[name] = (fused.problem, [b.name for b in fused.extras], len(fused.epilogue))
+        if fused.problem.batch == 1:  # the Linear layers; attention's batched matmuls below
+            read[name] = (fused.problem, [b.name for b in fused.extras], len(fused.epilogue))
     assert read == {
         # Q, K, V and FFN down: bias, then (out projection, FFN down) the fp32 residual
         "fused_matmul_cast1_add2": (GemmProblem(m=128, n=64, k=64, dtype="float16", out_dtype="float16",
@@ -90,8 +115,15 @@ def test_a_bert_layers_linear_tasks_are_read_with_their_fused_epilogues():
             GemmProblem(m=128, n=256, k=64, dtype="float16", out_dtype="float16", b_layout="kn"),
             ["param_1", "param_2", "param_3", "param_4"], 9),
     }
-    with pytest.raises(NotAHopperGemm, match=re.escape("batched (1x2): batched matmuls are not in the template")):
-        match_fused_gemm(tasks["fused_matmul2_cast4"].dispatched[0])  # attention's per-head matmuls
+    # attention's per-head matmuls (2 heads): scores with the scale and the mask, then values
+    attention = {name: match_fused_gemm(tasks[name].dispatched[0])
+                 for name in ("fused_matmul1_cast2_multiply_cast3_add3", "fused_matmul2_cast4")}
+    scores, values = attention.values()
+    assert scores.problem == GemmProblem(m=128, n=128, k=32, dtype="float16", out_dtype="float32", b_layout="kn",
+                                         batch=2, b_batched=True)
+    assert [b.name for b in scores.extras] == ["param_0", "lv43"]  # the scale, the [1, 1, 1, 128] mask
+    assert values.problem == GemmProblem(m=128, n=32, k=128, dtype="float16", out_dtype="float16", b_layout="kn",
+                                         batch=2, b_batched=True)
 
 
 def test_an_epilogue_that_is_not_elementwise_is_refused_with_the_reason():
@@ -119,7 +151,7 @@ H200 = {"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024, "max_sha
     ("gemm-4096-fp16", "llvm", None),  # not a Hopper GPU: no region, nothing to say
     ("gemm-4096-fp16", {**H200, "arch": "sm_80"}, None),
     ("gemm-2048", H200, "inputs float32 and float32: the template takes float16 or bfloat16"),
-    ("batch_matmul-12x128x128x64-fp16", H200, "batched"),
+    ("softmax-128x768", H200, "2 reduction blocks of 4, not one GEMM"),
 ])
 def test_tune_op_opens_the_template_region_only_for_a_half_precision_gemm_on_hopper(workload, target, skipped,
                                                                                    tmp_path):

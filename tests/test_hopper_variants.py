@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from kb_tvm.schedules.hopper_gemm import GemmTile
 from kb_tvm.search.hopper_variants import (
     VariantSearch,
     family,
@@ -118,3 +119,18 @@ def test_persistent_blocks_are_offered_for_tilings_over_a_wave_with_a_producer()
         twin = next(t for t in big if not t.persistent and t.describe() + ", persistent=True" == tile.describe())
         assert predicted_seconds(tile, 4096, 4096, 4096) < predicted_seconds(twin, 4096, 4096, 4096)
     assert not any(t.persistent for t in variants(128, 768, 768))  # under a wave: no tile to walk on to
+
+
+def test_a_batch_counts_as_that_many_times_the_tiles():
+    # 12 heads of 128x128x64: 48 blocks of 64x64, under a wave (no persistent blocks), and a
+    # batched B[K, N] needs whole K-tiles (K = 64 has them)
+    heads = variants(128, 128, 64, b_layout="kn", batch=12, b_batched=True)
+    assert heads and not any(t.persistent for t in heads)
+    one = GemmTile(bm=64, bn=64, stages=2, b_layout="kn")
+    assert predicted_seconds(one, 128, 128, 64, batch=12) == predicted_seconds(one, 128, 128, 64)  # one wave
+    assert predicted_seconds(one, 128, 128, 64, batch=96) > predicted_seconds(one, 128, 128, 64)  # three
+    many = variants(128, 128, 64, b_layout="kn", batch=96, b_batched=True)  # 384 blocks: over a wave
+    assert any(t.persistent for t in many)
+    search = VariantSearch(128, 128, 64, b_layout="kn", batch=12, b_batched=True)
+    assert search.ask() in heads
+    assert variants(128, 128, 96, b_layout="kn", batch=12, b_batched=True) == []  # K = 96: not whole K-tiles

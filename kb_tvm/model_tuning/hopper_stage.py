@@ -120,7 +120,7 @@ def search_task(fused, name: str, target, device, reference, *, until, work_dir:
 
     p = fused.problem
     try:
-        search = VariantSearch(p.m, p.n, p.k, p.dtype, p.b_layout)
+        search = VariantSearch(p.m, p.n, p.k, p.dtype, p.b_layout, batch=p.batch, b_batched=p.b_batched)
     except ValueError as why:  # no tile fits the shape
         notify({"event": "hopper_skip", "task": name, "why": str(why)})
         return None
@@ -188,7 +188,8 @@ def _measure(fused, tile, target, device, inputs, references, name: str) -> dict
     from ..search.hopper_variants import VariantSearch
 
     p = fused.problem
-    row = {"task": name, "m": p.m, "n": p.n, "k": p.k, "dtype": p.dtype, **VariantSearch.record(tile, None),
+    row = {"task": name, "m": p.m, "n": p.n, "k": p.k, "batch": p.batch, "dtype": p.dtype,
+           **VariantSearch.record(tile, None),
            "build_s": None, "run_s": None, "ok": False, "error": None}
     started = time.perf_counter()
     try:

@@ -2,8 +2,10 @@
 task's TIR: one reduction block C[.., i, j] += A[.., i, k] * B[k, j] (or B[j, k]) over fp16 or bf16
 inputs with fp32 accumulation, then any chain of elementwise blocks over C's shape (casts, bias,
 residual, GELU: what Relax fuses after a Linear layer), which becomes the kernel's epilogue. Leading
-axes of extent 1 (a batch of one) are allowed. A task it cannot compute is refused with the reason,
-so that a user (and the search) sees why a matmul keeps MetaSchedule's kernels.
+axes are a batch (attention's heads): the kernel takes A, B and C as 2-D views with the batch's
+matrices one after the other, and B either batched as C is or one B for all. A task it cannot
+compute is refused with the reason, so that a user (and the search) sees why a matmul keeps
+MetaSchedule's kernels.
 """
 
 from __future__ import annotations
@@ -27,6 +29,15 @@ class GemmProblem:
     dtype: str  # of A and B
     out_dtype: str  # of what the task stores
     b_layout: str  # "kn": B[K, N]; "nk": B[N, K]
+    batch: int = 1  # GEMMs of this shape (the product of the leading axes)
+    b_batched: bool = False  # a B for each (else one B for all)
+
+    @property
+    def gemm_shapes(self) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
+        """A, B and C as the template takes them: 2-D, a batch's matrices one after the other."""
+        b_rows = (self.batch if self.b_batched else 1) * (self.k if self.b_layout == "kn" else self.n)
+        return ((self.batch * self.m, self.k), (b_rows, self.n) if self.b_layout == "kn" else (b_rows, self.k),
+                (self.batch * self.m, self.n))
 
 
 @dataclass(frozen=True, eq=False)
@@ -57,7 +68,7 @@ class FusedGemm:
         computed = []  # (intermediate buffer, its value at (row, col))
         value = acc
         for block in self.epilogue:
-            coords = _coords(block.iter_vars, row, col)
+            coords = _coords(block.iter_vars, row, col, self.problem.m)
             value = _rebuild(block.body.value, coords, [(self.gemm_out, acc), *computed], inputs or [],
                              [iv.var for iv in block.iter_vars])
             computed.append((block.body.buffer, value))
@@ -73,10 +84,11 @@ class FusedGemm:
         if tile.b_layout != p.b_layout or tile.dtype != p.dtype:
             raise ValueError(f"GemmTile({tile.describe()}) is for B {tile.b_layout} {tile.dtype}; this task's B is "
                              f"{p.b_layout} {p.dtype}")
+        batched = {"batch": p.batch, "b_batched": p.b_batched}
         if tile.k_splits > 1:  # main(A, B, P): the partial sums; `summed` applies the epilogue
-            return gemm(p.m, p.n, p.k, tile, "float32").with_attr("global_symbol", symbol)
-        return self._with_task_params(lambda epilogue: gemm(p.m, p.n, p.k, tile, p.out_dtype, epilogue=epilogue),
-                                      symbol)
+            return gemm(p.m, p.n, p.k, tile, "float32", **batched).with_attr("global_symbol", symbol)
+        return self._with_task_params(
+            lambda epilogue: gemm(p.m, p.n, p.k, tile, p.out_dtype, epilogue=epilogue, **batched), symbol)
 
     def summed(self, splits: int, symbol: str):
         """After a split-K kernel: main(P[splits, m, n], the task's other inputs, C[m, n]) with
@@ -92,13 +104,12 @@ class FusedGemm:
 
     def partial_shapes(self, splits: int) -> list[tuple[int, ...]]:
         """What a split-K kernel takes: A and B as 2-D, then its partial sums."""
-        a, b, _ = self._gemm_shapes()
-        p = self.problem
-        return [a, b, (splits, p.m, p.n)]
+        a, b, c = self.problem.gemm_shapes
+        return [a, b, (splits, *c)]
 
     def summed_shapes(self, splits: int) -> list[tuple[int, ...]]:
-        p = self.problem
-        return [(splits, p.m, p.n), *(_kernel_shape(x) for x in self.extras), self._gemm_shapes()[2]]
+        c = self.problem.gemm_shapes[2]
+        return [(splits, *c), *(_kernel_shape(x) for x in self.extras), c]
 
     @property
     def gemm_inputs(self) -> tuple[int, int]:
@@ -135,46 +146,46 @@ class FusedGemm:
 
         return [(x, decl_buffer(_kernel_shape(x), str(x.ty.dtype), name=x.name)) for x in self.extras]
 
-    def _gemm_shapes(self) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
-        """A, B and C as the template takes them: 2-D."""
-        p = self.problem
-        return (p.m, p.k), (p.k, p.n) if p.b_layout == "kn" else (p.n, p.k), (p.m, p.n)
-
     def kernel_shapes(self) -> list[tuple[int, ...]]:
         """The shape the kernel takes each parameter in (A, B, C as 2-D)."""
-        flat = list(zip((self.a, self.b, self.c), self._gemm_shapes()))
+        flat = list(zip((self.a, self.b, self.c), self.problem.gemm_shapes))
         return [next((shape for x, shape in flat if buf.same_as(x)), None) or _kernel_shape(buf)
                 for buf in self.params]
 
 
 def _plain_gemm(p: GemmProblem, epilogue, k_splits: int = 1):
-    """main(A, B, C) for `p` in plain TIR: C[i, j] = epilogue(sum_k A[i, k] * B[k, j] in fp32, i, j);
-    with k_splits > 1, C = P[k_splits, m, n], each split's fp32 sum over its part of K."""
+    """main(A, B, C) for `p` in plain TIR, on the template's 2-D views (GemmProblem.gemm_shapes):
+    C[r, j] = epilogue(sum_k A[r, k] * B of r's batch[k, j] in fp32, r, j); with k_splits > 1,
+    C = P[k_splits, rows, n], each split's fp32 sum over its part of K."""
     from tvm.script import tirx as T
 
     m, n, k, dtype, out_dtype = p.m, p.n, p.k, p.dtype, p.out_dtype
-    b_shape = (k, n) if p.b_layout == "kn" else (n, k)
+    (rows, _), b_shape, _ = p.gemm_shapes
     kn = p.b_layout == "kn"
-    if k_splits > 1:
-        return _plain_partials(m, n, k, dtype, b_shape, kn, k_splits)
+    splits = k_splits
+
+    def b_at(B, r, j, kk):
+        """B[kk, j] (or B[j, kk]) of row r's GEMM."""
+        first = r // m * (k if kn else n) if p.b_batched else 0
+        return B[first + kk, j] if kn else B[first + j, kk]
+
+    if splits > 1:
+        return _plain_partials(rows, n, k, dtype, b_shape, splits, b_at)
 
     # fmt: off
     @T.prim_func(s_tir=True, check_well_formed=False)
     def main(a: T.handle, b: T.handle, c: T.handle):
-        A = T.match_buffer(a, (m, k), dtype)
+        A = T.match_buffer(a, (rows, k), dtype)
         B = T.match_buffer(b, b_shape, dtype)
-        C = T.match_buffer(c, (m, n), out_dtype)
-        D = T.sblock_alloc_buffer((m, n), "float32")
-        for i, j, r in T.grid(m, n, k):
+        C = T.match_buffer(c, (rows, n), out_dtype)
+        D = T.sblock_alloc_buffer((rows, n), "float32")
+        for i, j, r in T.grid(rows, n, k):
             with T.sblock("gemm"):
                 vi, vj, vr = T.axis.remap("SSR", [i, j, r])
                 with T.init():
                     D[vi, vj] = T.float32(0)
-                if kn:
-                    D[vi, vj] = D[vi, vj] + T.Cast("float32", A[vi, vr]) * T.Cast("float32", B[vr, vj])
-                else:
-                    D[vi, vj] = D[vi, vj] + T.Cast("float32", A[vi, vr]) * T.Cast("float32", B[vj, vr])
-        for i, j in T.grid(m, n):
+                D[vi, vj] = D[vi, vj] + T.Cast("float32", A[vi, vr]) * T.Cast("float32", b_at(B, vi, vj, vr))
+        for i, j in T.grid(rows, n):
             with T.sblock("epilogue"):
                 vi, vj = T.axis.remap("SS", [i, j])
                 C[vi, vj] = epilogue(D[vi, vj], vi, vj)
@@ -182,37 +193,34 @@ def _plain_gemm(p: GemmProblem, epilogue, k_splits: int = 1):
     return main
 
 
-def _plain_partials(m, n, k, dtype, b_shape, kn, splits):
+def _plain_partials(rows, n, k, dtype, b_shape, splits, b_at):
     from tvm.script import tirx as T
 
     part = k // splits
 
     # fmt: off
     @T.prim_func(s_tir=True)
-    def main(a: T.handle, b: T.handle, c: T.handle):
-        A = T.match_buffer(a, (m, k), dtype)
+    def partials(a: T.handle, b: T.handle, c: T.handle):
+        A = T.match_buffer(a, (rows, k), dtype)
         B = T.match_buffer(b, b_shape, dtype)
-        P = T.match_buffer(c, (splits, m, n), "float32")
-        for s, i, j, r in T.grid(splits, m, n, part):
+        P = T.match_buffer(c, (splits, rows, n), "float32")
+        for s, i, j, r in T.grid(splits, rows, n, part):
             with T.sblock("partial"):
                 vs, vi, vj, vr = T.axis.remap("SSSR", [s, i, j, r])
                 with T.init():
                     P[vs, vi, vj] = T.float32(0)
-                if kn:
-                    P[vs, vi, vj] = P[vs, vi, vj] + T.Cast("float32", A[vi, vs * part + vr]) * \
-                        T.Cast("float32", B[vs * part + vr, vj])
-                else:
-                    P[vs, vi, vj] = P[vs, vi, vj] + T.Cast("float32", A[vi, vs * part + vr]) * \
-                        T.Cast("float32", B[vj, vs * part + vr])
+                P[vs, vi, vj] = P[vs, vi, vj] + T.Cast("float32", A[vi, vs * part + vr]) * \
+                    T.Cast("float32", b_at(B, vi, vj, vs * part + vr))
     # fmt: on
-    return main
+    return partials
 
 
 def _sum_of_partials(p: GemmProblem, splits: int, epilogue, load):
-    """main(P, C) in plain TIR: C[i, j] = epilogue(P[0, i, j] + ... + P[splits - 1, i, j], i, j)."""
+    """main(P, C) in plain TIR: C[r, j] = epilogue(P[0, r, j] + ... + P[splits - 1, r, j], r, j)."""
     from tvm.script import tirx as T
 
-    m, n, out_dtype = p.m, p.n, p.out_dtype
+    (rows, _), _, _ = p.gemm_shapes
+    n, out_dtype = p.n, p.out_dtype
 
     def total(P, i, j):
         value = load(P, [0, i, j])
@@ -224,9 +232,9 @@ def _sum_of_partials(p: GemmProblem, splits: int, epilogue, load):
     @T.prim_func(s_tir=True, check_well_formed=False)
     def main(p_ptr: T.handle, c_ptr: T.handle):
         T.func_attr({"tirx.noalias": True})
-        P = T.match_buffer(p_ptr, (splits, m, n), "float32")
-        C = T.match_buffer(c_ptr, (m, n), out_dtype)
-        for i, j in T.grid(m, n):
+        P = T.match_buffer(p_ptr, (splits, rows, n), "float32")
+        C = T.match_buffer(c_ptr, (rows, n), out_dtype)
+        for i, j in T.grid(rows, n):
             with T.sblock("epilogue"):
                 vi, vj = T.axis.remap("SS", [i, j])
                 C[vi, vj] = epilogue(total(P, vi, vj), vi, vj)
@@ -240,14 +248,28 @@ def _kernel_shape(buf) -> tuple[int, ...]:
     return tuple(int(d) for d in buf.ty.shape) or (1,)
 
 
-def _coords(iter_vars, row, col) -> dict:
-    """A block's iter vars -> the element they stand for: 0 on the leading axes of extent 1."""
+def _coords(iter_vars, row, col, m: int) -> dict:
+    """A block's iter vars -> the element they stand for, from its row in the kernel's C (a
+    batch's matrices one after the other, `m` rows each) and its column: the leading axes from
+    row // m (0 where all are of extent 1), i from row % m."""
     from tvm.ir.prim import expr as prim
 
     *lead, i, j = iter_vars
-    out = {iv.var: prim.IntImm(str(iv.var.ty), 0) for iv in lead}
-    for iv, x in ((i, row), (j, col)):
-        out[iv.var] = x if str(x.ty) == str(iv.var.ty) else prim.Cast(str(iv.var.ty), x)
+
+    def typed(iv, x):
+        return x if str(x.ty) == str(iv.var.ty) else prim.Cast(str(iv.var.ty), x)
+
+    if all(int(iv.dom.extent) == 1 for iv in lead):
+        out = {iv.var: prim.IntImm(str(iv.var.ty), 0) for iv in lead}
+        out[i.var] = typed(i, row)
+    else:
+        out, batch = {}, row // m
+        for iv in reversed(lead):  # row-major: the last leading axis varies fastest
+            extent = int(iv.dom.extent)
+            out[iv.var] = typed(iv, batch % extent)
+            batch = batch // extent
+        out[i.var] = typed(i, row % m)
+    out[j.var] = typed(j, col)
     return out
 
 
@@ -341,9 +363,9 @@ def match_fused_gemm(mod) -> FusedGemm:
     if kinds.count(REDUCE) != 1 or kinds[-1] != REDUCE or spatial < 2:
         raise NotAHopperGemm(f"{spatial} spatial and {kinds.count(REDUCE)} reduction axes (a GEMM has 2 and 1)")
     extents = [int(iv.dom.extent) for iv in block.iter_vars]
-    if any(e != 1 for e in extents[:spatial - 2]):
-        raise NotAHopperGemm(f"batched ({'x'.join(map(str, extents[:spatial - 2]))}): batched matmuls are not "
-                             "in the template yet")
+    batch = 1
+    for extent in extents[:spatial - 2]:
+        batch *= extent
     *lead, i, j, r = (str(iv.var) for iv in block.iter_vars)
     if len(block.reads) != 2 or len(block.writes) != 1:
         raise NotAHopperGemm(f"reads {len(block.reads)} and writes {len(block.writes)} buffers (a GEMM: 2 and 1)")
@@ -351,9 +373,12 @@ def match_fused_gemm(mod) -> FusedGemm:
     if _indices(c) != [*lead, i, j] or _indices(a)[-2:] != [i, r] or len(a.source.shape) != spatial:
         raise NotAHopperGemm(f"indexed as {c.source.name}{_indices(c)} = {a.source.name}{_indices(a)} x ...: "
                              "the template computes C[i, j] from A[i, k]")
+    if batch > 1 and _indices(a) != [*lead, i, r]:
+        raise NotAHopperGemm(f"A indexed as {a.source.name}{_indices(a)}: a batched GEMM reads A[batch.., i, k]")
     b_index = _indices(b)
-    if any(int(d) != 1 for d in b.source.shape[:-2]):
-        raise NotAHopperGemm("B is batched: batched matmuls are not in the template yet")
+    b_batched = any(int(d) != 1 for d in b.source.shape[:-2])
+    if b_batched and (b_index[:-2] != lead or [int(d) for d in b.source.shape[:-2]] != extents[:spatial - 2]):
+        raise NotAHopperGemm(f"B indexed as {b.source.name}{b_index}: batched as C is, or one B for all")
     if b_index[-2:] == [r, j]:
         b_layout = "kn"
     elif b_index[-2:] == [j, r]:
@@ -393,7 +418,8 @@ def match_fused_gemm(mod) -> FusedGemm:
     out_dtype = str(out.dtype)
     if out_dtype not in OUTPUT_DTYPES:
         raise NotAHopperGemm(f"output {out_dtype}: the template writes {', '.join(OUTPUT_DTYPES)}")
-    fused = FusedGemm(problem=GemmProblem(m=m, n=n, k=k, dtype=dtype, out_dtype=out_dtype, b_layout=b_layout),
+    fused = FusedGemm(problem=GemmProblem(m=m, n=n, k=k, dtype=dtype, out_dtype=out_dtype, b_layout=b_layout,
+                                          batch=batch, b_batched=b_batched and batch > 1),
                       func=func, a=a.source, b=b.source, c=out, gemm_out=c.source, epilogue=tuple(epilogue))
     _check_epilogue(fused)
     return fused

@@ -31,11 +31,13 @@ K_SPLIT_CHOICES = (2, 3, 4, 6, 8)
 HBM_BYTES_PER_S = 4.0e12  # what a split-K sum reads and writes moves at about this rate
 
 
-def variants(m: int, n: int, k: int, dtype: str = "float16", b_layout: str = "nk") -> list[GemmTile]:
+def variants(m: int, n: int, k: int, dtype: str = "float16", b_layout: str = "nk", batch: int = 1,
+             b_batched: bool = False) -> list[GemmTile]:
     """Every variant the template admits for an (m, n, k) GEMM (tile order fixed at group_m=8),
     persistent ones (with a producer) for tilings of more than a wave of blocks, split-K ones for
     tilings of less than a wave, with at least two K-tiles a split. Off the shape, tiles that would
-    compute whole 64-row or 64-column strips of padding are left out."""
+    compute whole 64-row or 64-column strips of padding are left out. `batch` GEMMs of the shape
+    (gemm's batch, b_batched) count as that many times the tiles."""
     out = []
     for bm, bn, stages, consumers, producer in itertools.product(BM_CHOICES, BN_CHOICES, STAGE_CHOICES, (1, 2),
                                                                  (True, False)):
@@ -44,10 +46,10 @@ def variants(m: int, n: int, k: int, dtype: str = "float16", b_layout: str = "nk
                             b_layout=b_layout, dtype=dtype)
         except ValueError:  # a rule of the template: too many registers, too much shared memory
             continue
-        if tile.fits(m, n, k) or wasted(tile, m, n):
+        if tile.fits(m, n, k, batch, b_batched) or wasted(tile, m, n):
             continue
         out.append(tile)
-        tiles = -(-m // bm) * -(-n // bn)
+        tiles = -(-m // bm) * -(-n // bn) * batch
         if producer and tiles > SMS:  # more than a wave: a block per SM walks the tiles
             out.append(GemmTile(bm=bm, bn=bn, stages=stages, consumers=consumers, producer=True,
                                 b_layout=b_layout, dtype=dtype, persistent=True))
@@ -67,11 +69,11 @@ def family(tile: GemmTile) -> tuple:
     return (tile.consumers, tile.producer, tile.bn, tile.k_splits > 1, tile.persistent)
 
 
-def predicted_seconds(tile: GemmTile, m: int, n: int, k: int) -> float:
+def predicted_seconds(tile: GemmTile, m: int, n: int, k: int, batch: int = 1) -> float:
     """Waves of blocks times a block's work at an efficiency; a ranking, not a promise."""
     per_sm = max(1, min(SM_SHARED_BYTES // tile.shared_bytes, SM_REGISTERS // (tile.threads * 168)))
     splits = tile.k_splits
-    blocks = -(-m // tile.bm) * -(-n // tile.bn) * splits
+    blocks = -(-m // tile.bm) * -(-n // tile.bn) * splits * batch
     waves = math.ceil(blocks / (SMS * per_sm))
     # wgmma's issue rate grows with N; a producer takes the loads off the consumers' path
     efficiency = 0.75 * (tile.bn / 256) ** 0.25 * (1.0 if tile.producer else 0.9) * min(1.0, per_sm * tile.consumers / 2)
@@ -80,20 +82,23 @@ def predicted_seconds(tile: GemmTile, m: int, n: int, k: int) -> float:
         waves, per_sm, efficiency = math.ceil(blocks / SMS), 1, efficiency / 0.95
     seconds = waves * per_sm * block_flops / (PEAK_FLOPS / SMS) / efficiency + 2e-6  # + a launch
     if splits > 1:  # the partial sums written, read back and summed by a second launch
-        seconds += 2e-6 + 2 * splits * m * n * 4 / HBM_BYTES_PER_S
+        seconds += 2e-6 + 2 * splits * batch * m * n * 4 / HBM_BYTES_PER_S
     return seconds
 
 
 @dataclass
 class VariantSearch:
-    """Ask/tell over the variants of one GEMM shape. `tell` takes what was measured (seconds, or
-    None for a variant that failed); `replay(records)` rebuilds the state from earlier records."""
+    """Ask/tell over the variants of one GEMM shape (`batch` of them where batch > 1, a B each
+    where `b_batched`). `tell` takes what was measured (seconds, or None for a variant that
+    failed); `replay(records)` rebuilds the state from earlier records."""
 
     m: int
     n: int
     k: int
     dtype: str = "float16"
     b_layout: str = "nk"
+    batch: int = 1
+    b_batched: bool = False
     patience: int = 6
     hope: float = 0.05
     measured: dict[GemmTile, float | None] = field(default_factory=dict)
@@ -103,7 +108,7 @@ class VariantSearch:
             raise ValueError(f"patience={self.patience!r}: at least 1 measurement")
         if not 0 <= self.hope < 1:
             raise ValueError(f"hope={self.hope!r}: a fraction in [0, 1)")
-        self.pool = variants(self.m, self.n, self.k, self.dtype, self.b_layout)
+        self.pool = variants(self.m, self.n, self.k, self.dtype, self.b_layout, self.batch, self.b_batched)
         if not self.pool:
             raise ValueError(f"no Hopper GEMM variant fits {self.m}x{self.n}x{self.k} (N and K multiples of 8 needed)")
 
@@ -111,10 +116,13 @@ class VariantSearch:
         """The model's seconds for `tile` times its family's measured / predicted ratio (the
         median of them), or the ratio over all measurements for a family not measured yet."""
         def ratios(match):
-            return sorted(seconds / predicted_seconds(t, self.m, self.n, self.k)
+            return sorted(seconds / self.predicted(t)
                           for t, seconds in self.measured.items() if seconds is not None and match(t))
         ratio = ratios(lambda t: family(t) == family(tile)) or ratios(lambda t: True) or [1.0]
-        return predicted_seconds(tile, self.m, self.n, self.k) * ratio[len(ratio) // 2]
+        return self.predicted(tile) * ratio[len(ratio) // 2]
+
+    def predicted(self, tile: GemmTile) -> float:
+        return predicted_seconds(tile, self.m, self.n, self.k, self.batch)
 
     @property
     def best(self) -> tuple[GemmTile, float] | None:
