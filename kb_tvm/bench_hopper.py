@@ -141,11 +141,15 @@ def problems(shapes, workload_names, dtype, b_layout, out_dtype) -> list:
         out.append(GemmProblem(m=m, n=n, k=k, dtype=dtype, out_dtype=out_dtype, b_layout=b_layout))
     for name in workload_names:
         try:
-            out.append(match_gemm(get_workload(name).module()))
+            problem = match_gemm(get_workload(name).module())
         except NotAHopperGemm as err:
             raise click.BadParameter(f"{name}: {err}", param_hint="--workload") from None
         except ValueError as err:  # an unknown name
             raise click.BadParameter(str(err), param_hint="--workload") from None
+        if problem.batch > 1:
+            raise click.BadParameter(f"{name}: a batch of {problem.batch} GEMMs; this harness times one GEMM "
+                                     "(kb-tvm tune-op searches the batched kernels)", param_hint="--workload")
+        out.append(problem)
     return out
 
 

@@ -75,6 +75,7 @@ def test_what_it_cannot_compute_is_refused_with_the_reason(workload, why):
     (["--workload", "gemm-4096-fp16"], "--workload needs --search BUDGET"),
     (["--workload", "gemm-gelu-256", "--search", "1m"], "gemm-gelu-256: inputs float32 and float32"),
     (["--workload", "no-such", "--search", "1m"], "unknown workload 'no-such'"),
+    (["--workload", "batch_matmul-12x128x128x64-fp16", "--search", "1m"], "a batch of 12 GEMMs; this harness"),
     (["--shape", "256x256x256", "--search", "soon"], "budget 'soon' is not a duration"),
     (["--shape", "256x256x256", "--tile", "128x12x4x1"], "bn=12: wgmma's N is a multiple of 8 up to 256"),
     (["--shape", "256x256x256", "--tile", "128x128"], "'128x128': BMxBNxSTAGESxCONSUMERS"),
