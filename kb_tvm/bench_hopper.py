@@ -5,8 +5,8 @@ reference before it is timed, beside cuBLAS (through torch) on the same GPU.
     python -m kb_tvm.bench_hopper --shape 4096x4096x4096 --search 5m --out search.json
     python -m kb_tvm.bench_hopper --workload gemm-4096-fp16 --search 1m --out search.json
 
---tile is BMxBNxSTAGESxCONSUMERS[xGROUP_M[xPRODUCER[xPERSISTENT[xPAIRED]]]] (repeatable). A variant whose result
-differs from the reference is reported as wrong and never timed. `ms` is device time (CUPTI,
+--tile is BMxBNxSTAGESxCONSUMERS[xGROUP_M[xPRODUCER[xPERSISTENT[xPAIRED]]]] (repeatable; the last
+three are 0 or 1). A variant whose result differs from the reference is reported as wrong and never timed. `ms` is device time (CUPTI,
 through torch.profiler), `call_ms` the call with its launch (CUDA events), for cuBLAS alike.
 """
 
@@ -157,7 +157,8 @@ def problems(shapes, workload_names, dtype, b_layout, out_dtype) -> list:
 @click.option("--shape", "shapes", multiple=True, help="MxNxK (with --dtype, --b-layout, --out-dtype)")
 @click.option("--workload", "workload_names", multiple=True,
               help="A GEMM of the suite (e.g. gemm-4096-fp16): its shape, dtypes and layout; needs --search")
-@click.option("--tile", "tiles", multiple=True, default=("128x128x4x1",), help="BMxBNxSTAGESxCONSUMERS[xGROUP_M[xPRODUCER[xPERSISTENT[xPAIRED]]]]")
+@click.option("--tile", "tiles", multiple=True, default=("128x128x4x1",),
+              help="BMxBNxSTAGESxCONSUMERS[xGROUP_M[xPRODUCER[xPERSISTENT[xPAIRED]]]]")
 @click.option("--dtype", default="float16", type=click.Choice(["float16", "bfloat16"]))
 @click.option("--out-dtype", default="float16", type=click.Choice(["float32", "float16", "bfloat16"]))
 @click.option("--b-layout", default="nk", type=click.Choice(["nk", "kn"]), help="B as [N, K] or [K, N]")

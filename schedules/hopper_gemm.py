@@ -13,7 +13,8 @@ walks the output tiles in turn). `GemmTile(...)` refuses a set that cannot build
 The epilogue is a parameter: what is stored from each fp32 accumulator (a cast by default; a
 task's bias, residual and GELU when kb_tvm/search/hopper_match.py reads them off its TIR). A batch
 of GEMMs (`gemm(batch=)`: attention's heads) is one launch over all of their tiles. Not yet:
-setmaxnreg for the producer, clusters, a staged (TMA-store) epilogue. kb_tvm/search/hopper_variants.py searches the variants (`python -m kb_tvm.bench_hopper
+setmaxnreg for the producer, clusters, a staged (TMA-store) epilogue.
+kb_tvm/search/hopper_variants.py searches the variants (`python -m kb_tvm.bench_hopper
 --search`); `kb-tvm tune --precision fp16|bf16` on an sm_90 GPU uses them for the model's matmul
 tasks (kb_tvm/model_tuning/hopper_stage.py), and `kb-tvm tune-op` as a region of the task beside
 MetaSchedule's (kb_tvm/tuning.py's template_region).
@@ -178,12 +179,12 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
     from tvm.script import tirx as T
     from tvm.tirx.script import tile as Tx
 
+    if not (isinstance(batch, int) and batch >= 1):
+        raise ValueError(f"batch={batch!r}: an integer >= 1")
     misfit = tile.fits(m, n, k, batch, b_batched)
     if misfit:
         raise ValueError(f"GemmTile({tile.describe()}) cannot compute {m}x{n}x{k}"
                          + (f" (batch {batch})" if batch > 1 else "") + ": " + "; ".join(misfit))
-    if not (isinstance(batch, int) and batch >= 1):
-        raise ValueError(f"batch={batch!r}: an integer >= 1")
     if out_dtype not in OUTPUT_DTYPES:
         raise ValueError(f"out_dtype {out_dtype!r} is not one of {', '.join(OUTPUT_DTYPES)}")
     splits = tile.k_splits
@@ -431,5 +432,5 @@ def compile_gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float
 
     target = sm90a_target()
     with target:
-        return tvm.compile(tvm.IRModule({"main": gemm(m, n, k, tile, out_dtype, batch=batch, b_batched=b_batched)}), target=target,
-                           tir_pipeline="tirx")
+        main = gemm(m, n, k, tile, out_dtype, batch=batch, b_batched=b_batched)
+        return tvm.compile(tvm.IRModule({"main": main}), target=target, tir_pipeline="tirx")
