@@ -44,7 +44,7 @@ def test_batched_matmuls_are_read_as_a_batch_of_gemms_with_a_b_each_or_one_b_for
     b = te.placeholder((3, 256, 64), "float16", name="B")  # batched over the wrong axis
     d = te.compute((2, 3, 100, 256), lambda x, y, i, j: te.sum(
         a[x, y, i, r].astype("float32") * b[y, j, r].astype("float32"), axis=r), name="D")
-    with pytest.raises(NotAHopperGemm, match=re.escape("B indexed as B[") ):
+    with pytest.raises(NotAHopperGemm, match=re.escape("B indexed as B[")):
         match_gemm(tvm.IRModule({"main": te.create_prim_func([a, b, d])}))
 
 
