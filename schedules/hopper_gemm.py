@@ -227,13 +227,20 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
     def accumulators(acc, sub):
         return [acc[sub * half + i] for i in range(half)]
 
-    # output tile t (of `tiles`): its split of K, and its block row and column, group_m block rows
-    # at a time sweeping N, so the blocks running together share B's tiles in L2
+    def where(t):
+        return tile_position(t, grid_m=grid_m, grid_n=grid_n, batch=batch, group_m=group_m, minimum=T.min)
+
     def split_of(t):
-        return t // (grid_m * grid_n * batch)
+        return where(t)[0]
 
     def batch_of(t):
-        return t % (grid_m * grid_n * batch) // (grid_m * grid_n)
+        return where(t)[1]
+
+    def block_m_of(t):
+        return where(t)[2]
+
+    def block_n_of(t):
+        return where(t)[3]
 
     def a_row_of(t):
         """The first row of A (of all the batch's) that tile t reads."""
@@ -244,20 +251,9 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
         first = batch_of(t) * (k if b_kn else n) if b_batched else 0
         return first if b_kn else first + block_n_of(t) * bn
 
-    def rows_in_group(t):
-        first_m = t % (grid_m * grid_n) // (group_m * grid_n) * group_m
-        return first_m, T.min(group_m, grid_m - first_m)
-
-    def block_m_of(t):
-        first_m, rows_here = rows_in_group(t)
-        return first_m + t % (grid_m * grid_n) % (group_m * grid_n) % rows_here
-
-    def block_n_of(t):
-        return t % (grid_m * grid_n) % (group_m * grid_n) // rows_in_group(t)[1]
-
     def tiles_of(cta):
         """How many tiles block `cta` computes: cta, cta + ctas, ... while below `tiles`."""
-        return (tiles - 1 - cta) // ctas + 1 if tile.persistent else 1
+        return tiles_of_block(cta, tiles=tiles, ctas=ctas) if tile.persistent else 1
 
     # fmt: off
     @T.macro
@@ -406,6 +402,24 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
     # fmt: on
 
     return main
+
+
+def tile_position(t, *, grid_m: int, grid_n: int, batch: int, group_m: int, minimum=min):
+    """Output tile t's (split of K, GEMM of the batch, block row, block column): splits outermost,
+    then the batch, then group_m block rows at a time sweeping N, so that the blocks running
+    together share B's tiles in L2. Plain arithmetic: ints here, or TIR expressions with
+    `minimum=T.min` in the kernel."""
+    per_gemm = grid_m * grid_n
+    within = t % per_gemm
+    first_m = within // (group_m * grid_n) * group_m
+    rows_here = minimum(group_m, grid_m - first_m)  # the last group may hold fewer block rows
+    return (t // (per_gemm * batch), t % (per_gemm * batch) // per_gemm,
+            first_m + within % (group_m * grid_n) % rows_here, within % (group_m * grid_n) // rows_here)
+
+
+def tiles_of_block(cta, *, tiles: int, ctas: int):
+    """How many tiles persistent block `cta` of `ctas` computes: cta, cta + ctas, ... below `tiles`."""
+    return (tiles - 1 - cta) // ctas + 1
 
 
 # one store of two neighbouring elements (col even, N a multiple of 8: 4- or 8-byte aligned)

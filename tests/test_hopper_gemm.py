@@ -180,3 +180,28 @@ def test_a_batch_of_gemms_is_one_launch_over_the_batchs_tiles_with_its_rows_offs
                                                    "would run into the next batch's")):
         gemm(128, 128, 96, tile, batch=12, b_batched=True)
     assert tile.fits(128, 128, 96, batch=12) == []  # one B for all: TMA fills its K past 96 with zeros
+
+
+@pytest.mark.parametrize(("grid_m", "grid_n", "batch", "group_m", "splits", "ctas"), [
+    (32, 16, 1, 8, 1, 132),  # 4096^2 in 128x256 tiles, persistent
+    (13, 5, 1, 8, 1, 65),  # a last group of 5 block rows, one block a tile
+    (2, 2, 12, 8, 1, 48),  # 12 heads of 128x128 in 64x64 tiles
+    (3, 7, 5, 2, 2, 132),  # a batch, split-K and groups of two, fewer tiles than blocks
+    (7, 3, 2, 16, 4, 50),
+])
+def test_every_output_tile_is_computed_once_by_one_block(grid_m, grid_n, batch, group_m, splits, ctas):
+    """The kernel's tile order (tile_position) and persistent blocks' share (tiles_of_block), as
+    plain arithmetic: each (split, GEMM, block row, block column) exactly once."""
+    from kb_tvm.schedules.hopper_gemm import tile_position, tiles_of_block
+
+    tiles = grid_m * grid_n * batch * splits
+    ctas = min(ctas, tiles)
+    walked = [cta + i * ctas for cta in range(ctas) for i in range(tiles_of_block(cta, tiles=tiles, ctas=ctas))]
+    assert sorted(walked) == list(range(tiles))
+    positions = [tile_position(t, grid_m=grid_m, grid_n=grid_n, batch=batch, group_m=group_m) for t in walked]
+    assert sorted(positions) == [(s, b, i, j) for s in range(splits) for b in range(batch) for i in range(grid_m)
+                                 for j in range(grid_n)]
+    # neighbours in launch order share block columns: group_m block rows sweep N together
+    first = [tile_position(t, grid_m=grid_m, grid_n=grid_n, batch=batch, group_m=group_m)[2:]
+             for t in range(min(group_m, grid_m))]
+    assert [j for _, j in first] == [0] * len(first)
