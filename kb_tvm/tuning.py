@@ -284,18 +284,14 @@ def template_region(workload, target, budget: TuningBudget, work_dir: Path, *, r
     device = tvm.cuda(0)
     reference = _default_build(workload, target)
 
-    def output(arrays):
-        args = [tvm.runtime.tensor(a, device) for a in arrays]
-        reference["main"](*args)
-        return args[-1].numpy().astype("float32")
-
     def notify(record: dict) -> None:
         if record["event"] == "hopper_variant":
             on_measured(None if record["seconds"] is None else record["seconds"] * 1e3)
         on_event(record)
 
     stop_at = budget.spent + hopper_stage.SHARE_OF_BUDGET * budget.remaining
-    choice = hopper_stage.search_task(fused, _task_name(workload), target, device, output,
+    choice = hopper_stage.search_task(fused, _task_name(workload), target, device,
+                                      lambda arrays: hopper_stage.task_output(reference, "main", arrays, device),
                                       until=lambda: budget.spent >= stop_at, work_dir=work_dir,
                                       earlier=hopper_stage.read_rows(work_dir), notify=notify)
     if choice is not None:

@@ -99,7 +99,7 @@ def search_kernels(tasks, untuned, target, *, budget, work_dir: Path, default_la
             if "matmul" in name:
                 notify({"event": "hopper_skip", "task": name, "why": str(why)})
             continue
-        choice = search_task(fused, name, target, device, lambda arrays: _reference(library, name, arrays, device),
+        choice = search_task(fused, name, target, device, lambda arrays: task_output(library, name, arrays, device),
                              until=lambda: budget.spent >= stop_at, work_dir=work_dir, earlier=earlier,
                              notify=notify)
         if choice is not None:
@@ -173,8 +173,9 @@ def _inputs(fused, seed: int) -> list[np.ndarray]:
     return arrays
 
 
-def _reference(library, name: str, arrays, device) -> np.ndarray:
-    """The task's output as the untuned build computes it."""
+def task_output(library, name: str, arrays, device) -> np.ndarray:
+    """The output of function `name` of a built module (the untuned build: the reference) on
+    `arrays`, the output array last."""
     import tvm
 
     args = [tvm.runtime.tensor(a, device) for a in arrays]

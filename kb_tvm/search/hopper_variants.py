@@ -17,9 +17,7 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
-from ..schedules.hopper_gemm import GemmTile
-
-SMS = 132  # H200
+from ..schedules.hopper_gemm import SMS, GemmTile
 SM_SHARED_BYTES = 228 * 1024
 SM_REGISTERS = 65536
 PEAK_FLOPS = 990e12  # dense fp16/bf16 tensor-core peak of an H200 (SXM)
