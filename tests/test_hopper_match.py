@@ -61,6 +61,14 @@ def test_b_stored_as_n_by_k_is_read_as_such():
     assert (problem.m, problem.n, problem.k, problem.b_layout) == (256, 512, 128, "nk")
 
 
+def test_any_linear_shape_is_a_workload_read_as_x_times_w_transposed_with_fp16_out():
+    problem = match_gemm(get_workload("linear-128x3072x768-fp16").module())
+    assert problem == GemmProblem(m=128, n=3072, k=768, dtype="float16", out_dtype="float16", b_layout="nk")
+    for bad in ("linear-0x768x768-fp16", "linear-128x768-fp16", "linear-128x768x768-fp32"):
+        with pytest.raises(ValueError, match=re.escape(f"unknown workload {bad!r}")):
+            get_workload(bad)
+
+
 @pytest.mark.parametrize(("workload", "why"), [
     ("gemm-2048", "inputs float32 and float32: the template takes float16 or bfloat16"),
     ("gemm-gelu-256", "inputs float32 and float32: the template takes float16 or bfloat16"),

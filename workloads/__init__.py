@@ -7,6 +7,7 @@ MetaSchedule space it is tuned in on CUDA ("cuda" or, for fp16 GEMMs, "cuda-tens
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -66,6 +67,22 @@ def _batch_matmul(batch: int, m: int, n: int, k: int, dtype: str = "float32"):
         c = te.compute((batch, m, n), lambda x, i, j: te.sum(
             a[x, i, r].astype("float32") * b[x, r, j].astype("float32"), axis=r), name="C")
         return _module(a, b, c)
+
+    return build
+
+
+def _linear(m: int, n: int, k: int):
+    """nn.Linear's matmul in fp16: X[M, K] @ W[N, K]^T, fp32 accumulation, fp16 out."""
+    def build():
+        from tvm import te
+
+        x = te.placeholder((m, k), "float16", name="X")
+        w = te.placeholder((n, k), "float16", name="W")
+        r = te.reduce_axis((0, k), name="k")
+        acc = te.compute((m, n), lambda i, j: te.sum(
+            x[i, r].astype("float32") * w[j, r].astype("float32"), axis=r), name="acc")
+        y = te.compute((m, n), lambda i, j: acc[i, j].astype("float16"), name="Y")
+        return _module(x, w, y)
 
     return build
 
@@ -171,8 +188,21 @@ def _all() -> dict[str, Workload]:
 WORKLOADS: dict[str, Workload] = _all()
 
 
+_LINEAR = re.compile(r"linear-(\d+)x(\d+)x(\d+)-fp16")
+
+
+def linear_workload(m: int, n: int, k: int) -> Workload:
+    """Any transformer projection's shape, by name `linear-MxNxK-fp16` (the shapes table's stock column)."""
+    return Workload(f"linear-{m}x{n}x{k}-fp16", f"nn.Linear M={m} N={n} K={k}: X @ W^T, float16 in, float32 "
+                    "accumulate, float16 out (tensor-core space on CUDA)", 2.0 * m * n * k, _linear(m, n, k),
+                    cuda_space="cuda-tensorcore")
+
+
 def get_workload(name: str) -> Workload:
-    try:
+    if name in WORKLOADS:
         return WORKLOADS[name]
-    except KeyError:
-        raise ValueError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}") from None
+    shape = _LINEAR.fullmatch(name)
+    if shape and all(int(size) > 0 for size in shape.groups()):
+        return linear_workload(*(int(size) for size in shape.groups()))
+    raise ValueError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}, or linear-MxNxK-fp16 "
+                     "for any positive M, N, K")
