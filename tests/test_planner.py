@@ -106,6 +106,25 @@ def test_regions_kept_are_the_best_measured_and_failures_count_against_them():
     assert [kept for _, _, kept, _ in rows] == [True, False]
 
 
+def test_a_faster_region_outside_the_space_takes_a_kept_place_and_a_slower_one_none():
+    from kb_tvm.search.decisions import RegionStats
+
+    items = [Item((f"s0/{name}",), [seconds]) for name, seconds in (("a", 1e-3), ("b", 2e-3), ("c", 3e-3))]
+
+    def keep(outside_s):
+        plan, _ = _planner(keep_regions=2)
+        plan.count_samples(items, [])
+        plan.tell(items, [(i.latency, None) for i in items], ["sample"] * 3, 2.0)
+        outside = RegionStats(name="template", sampled=1, measured_log_latencies=[math.log(outside_s)])
+        rows = plan.keep_regions({}, (), outside)
+        return plan.kept_regions, [(r.name, kept) for r, _, kept, _ in rows]
+
+    kept, rows = keep(0.2e-3)  # 5x faster than the space's best: ranked first, one MetaSchedule region left
+    assert kept == ["s0/a"] and rows[:2] == [("template", True), ("s0/a", True)]
+    kept, rows = keep(50e-3)  # far slower: ranked last, the space keeps both places
+    assert kept == ["s0/a", "s0/b"] and rows[-1] == ("template", False)
+
+
 def test_parents_are_the_best_of_kept_regions_and_fewer_when_refining():
     plan, clock = _planner(elites=3, refine_elites=1, refine_after=0.5)
     plan.kept_regions = ["s0/a"]

@@ -178,5 +178,10 @@ def test_a_faster_kernel_outside_the_space_stops_the_search_once_beating_it_no_l
         runs[outside] = (env.seconds, env.trials, policy.events)
     assert runs[None][:2] == runs[2e-5][:2]  # a slower kernel outside changes nothing
     seconds, trials, events = runs[3e-6]
-    assert "regions" in [e["event"] for e in events]  # the coarse phase ran
+    # the coarse phase ranked the kernel outside beside the space's regions, first
+    ranking = next(e["regions"] for e in events if e["event"] == "regions")
+    assert ranking[0]["region"] == "outside:hopper_gemm" and ranking[0]["kept"]
+    assert ranking[0]["best_ms"] == pytest.approx(3e-3)
+    slower = next(e["regions"] for e in runs[2e-5][2] if e["event"] == "regions")
+    assert [r["region"] for r in slower] == ["s0/sketch", "outside:hopper_gemm"]
     assert seconds < runs[None][0] and trials < runs[None][1]

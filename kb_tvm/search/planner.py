@@ -150,14 +150,18 @@ class Planner:
         chosen += [c for c in ranked if id(c) not in chosen_ids][: n - len(chosen)]
         return chosen, list(pinned[n:])
 
-    def keep_regions(self, predicted_best: dict[str, float], best_regions: tuple[str, ...]) -> list[tuple]:
+    def keep_regions(self, predicted_best: dict[str, float], best_regions: tuple[str, ...],
+                     outside: decisions.RegionStats | None = None) -> list[tuple]:
         """Rank the regions (predicted_best: region -> best predicted log-latency of its
-        unmeasured samples) and keep the best; ranked rows (stats, score, kept, why)."""
+        unmeasured samples) and keep the best; ranked rows (stats, score, kept, why).
+        `outside`: a region searched outside MetaSchedule's space (the Hopper template's
+        variants), ranked beside the others by the same rule: where it ranks among the kept, it
+        takes one of their places, and the fine phase searches one region fewer."""
         for name, value in predicted_best.items():
             self.regions[name].predicted_best_log_latency = value
-        ranked = decisions.rank_regions(list(self.regions.values()), keep=self.opt.keep_regions,
-                                        won_before=self.won_before)
-        self.kept_regions = [r.name for r, _, kept, _ in ranked if kept] or list(best_regions)
+        regions = list(self.regions.values()) + ([outside] if outside is not None else [])
+        ranked = decisions.rank_regions(regions, keep=self.opt.keep_regions, won_before=self.won_before)
+        self.kept_regions = [r.name for r, _, kept, _ in ranked if kept and r is not outside] or list(best_regions)
         return ranked
 
     # ------------------------------------------------------------ fine phase

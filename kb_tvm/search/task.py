@@ -28,6 +28,9 @@ from .candidates import FEATURE_VERSION, Candidate, CandidateFactory
 from .options import SearchOptions
 from .planner import Planner, unmeasured
 
+# the region of outside_best_s's kernel in the coarse phase's ranking: tune-op's is the Hopper template's
+OUTSIDE_REGION = "outside:hopper_gemm"
+
 
 class TaskSearch:
     """State and loop of KBSearch for one task (one TuneContext): asks the current phase for a
@@ -87,6 +90,13 @@ class TaskSearch:
     @property
     def stop_reason(self) -> str | None:
         return self.plan.stop_reason
+
+    def outside_region(self) -> decisions.RegionStats | None:
+        """The kernel found outside MetaSchedule's space as a region the coarse phase ranks."""
+        if self.outside_best_s is None:
+            return None
+        return decisions.RegionStats(name=OUTSIDE_REGION, sampled=1,
+                                     measured_log_latencies=[math.log(self.outside_best_s)])
 
     # ------------------------------------------------------------ the loop
     def next_batch(self) -> list[Candidate] | None:
@@ -320,7 +330,7 @@ class CoarsePhase:
             if rest and task.model.informed:
                 predicted[name] = float(np.min(task.rank_keys(rest)))
         best = task.best
-        ranked = task.plan.keep_regions(predicted, best.regions if best else ())
+        ranked = task.plan.keep_regions(predicted, best.regions if best else (), task.outside_region())
         task.log.write("regions", regions=[
             {"region": r.name, "score": score, "kept": kept, "why": why, "sampled": r.sampled,
              "measured": len(r.measured_log_latencies), "failed": r.failures,
