@@ -16,7 +16,7 @@ from pathlib import Path
 from .budget import TuningBudget
 from .logger_guard import guard_metaschedule_logger
 from .measure.records import record_latency
-from .measure.targets import available_cpus, physical_cores
+from .measure.targets import available_cpus, physical_cores, register_tensor_intrinsics
 
 # "random": MetaSchedule's replay-trace, uniform samples of the design spaces (the replay
 # datasets record it beside the two searches, so a dataset is not only what they liked);
@@ -189,9 +189,9 @@ def tune_operator(
 
     if quiet:  # MetaSchedule sizes its console handler from this level at every tune_tir call
         logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
-    # TVM registers its tensor intrinsics on first use (~10 s of TVMScript parsing, once per
-    # process): keep that out of whichever strategy happens to run first
-    import tvm.s_tir.tensor_intrin  # noqa: F401
+    # TVM registers its tensor intrinsics on first use (once per process): keep that out of
+    # whichever strategy happens to run first
+    register_tensor_intrinsics(target)
 
     recorder = ProgressRecorder(on_progress=progress)
     database = RecordDatabase(work_dir=work_dir)

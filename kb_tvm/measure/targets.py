@@ -83,6 +83,36 @@ def register_tir_pipeline() -> str:
     return MERGE_WHERE_TENSOR_CORES
 
 
+# TVM's tensor intrinsics of every backend but CUDA's: what MetaSchedule's CPU rules may ask for
+_CPU_INTRINSICS = ("x86", "arm_cpu", "riscv_cpu", "rocm", "hexagon")
+
+
+def register_tensor_intrinsics(target) -> None:
+    """Register the tensor intrinsics a search for `target` may use, once per process, before
+    the budget's clock starts. MetaSchedule's first TuneContext imports them all: 20 s on a 2-core
+    CPU, 15 of them CUDA's wmma/mma variants, which a CPU target never uses. For a CPU target the
+    package is entered without its __init__ (the one module that imports CUDA's) and its CPU
+    modules registered, so MetaSchedule's import finds it done; a CUDA target registers CUDA's
+    too, whenever it comes (a CUDA search in the same process then still finds them)."""
+    import importlib
+    import importlib.util
+    import sys
+
+    package = "tvm.s_tir.tensor_intrin"
+    if target.kind.name == "cuda" or package in sys.modules:
+        importlib.import_module(package)
+        importlib.import_module(f"{package}.cuda")
+        return
+    import tvm.s_tir
+
+    spec = importlib.util.find_spec(package)
+    module = importlib.util.module_from_spec(spec)  # a package: its submodules import as ever
+    sys.modules[package] = module
+    tvm.s_tir.tensor_intrin = module
+    for name in _CPU_INTRINSICS:
+        importlib.import_module(f"{package}.{name}")
+
+
 def compile_kernel(mod, target):
     """`tvm.compile` of a scheduled kernel as kb builds it: under `build_config(target, mod)`."""
     import tvm

@@ -11,6 +11,7 @@ from pathlib import Path
 from ..allocation import TaskStats
 from ..budget import TuningBudget
 from ..logger_guard import guard_metaschedule_logger
+from ..measure.targets import register_tensor_intrinsics
 from . import hopper_stage
 from .onnx_input import example_inputs, onnxruntime_outputs
 from .precision import (
@@ -107,7 +108,7 @@ def tune_model(
     default_latency = profile_kernels(untuned, target, tasks)
     notify({"event": "untuned", "latency_ms": untuned_latency * 1e3})
 
-    import tvm.s_tir.tensor_intrin  # noqa: F401 - one-time registration, before the clock
+    register_tensor_intrinsics(target)  # once per process, before the clock
 
     tuning_budget = TuningBudget(budget, already_spent=earlier["spent_s"] if earlier else 0.0).start()
     if earlier:
