@@ -140,11 +140,11 @@ def _show_event(record: dict) -> None:
 @main.command("ops")
 def list_ops() -> None:
     """List the operator workloads that tune-op knows."""
-    from kb_tvm.workloads import WORKLOADS
+    from kb_tvm.workloads import LINEAR_FAMILY, WORKLOADS
 
     width = max(len(name) for name in WORKLOADS)
-    for name, workload in WORKLOADS.items():
-        click.echo(f"{name:<{width}}  {workload.description}")
+    for name, description in [*((name, w.description) for name, w in WORKLOADS.items()), LINEAR_FAMILY]:
+        click.echo(f"{name:<{width}}  {description}")
 
 
 @main.command("tune-op")

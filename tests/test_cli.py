@@ -40,7 +40,8 @@ def test_an_unwritable_work_dir_is_a_one_line_error(tmp_path):
 def test_ops_lists_every_workload_family():
     result = CliRunner().invoke(main, ["ops"])
     assert result.exit_code == 0
-    for family in ("gemm-", "gemm-gelu-", "conv2d-", "batch_matmul-", "softmax-", "layernorm-", "-fp16"):
+    for family in ("gemm-", "gemm-gelu-", "conv2d-", "batch_matmul-", "softmax-", "layernorm-", "-fp16",
+                   "linear-MxNxK-fp16"):
         assert family in result.output
 
 
@@ -48,7 +49,7 @@ def test_ops_lists_every_workload_family():
 def test_tune_op_end_to_end_shows_progress_and_a_result(tmp_path):
     work_dir = tmp_path / "work"
     out = tmp_path / "result.json"
-    run = CliRunner().invoke(main, ["tune-op", "gemm-128", "--budget", "35s", "--target", "llvm",
+    run = CliRunner().invoke(main, ["tune-op", "gemm-128", "--budget", "20s", "--target", "llvm",
                                     "--work-dir", str(work_dir), "--json-out", str(out), "--seed", "3"])
     assert run.exit_code == 0, run.output[-2000:]
     lines = run.stdout.splitlines()

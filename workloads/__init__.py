@@ -189,6 +189,9 @@ WORKLOADS: dict[str, Workload] = _all()
 
 
 _LINEAR = re.compile(r"linear-(\d+)x(\d+)x(\d+)-fp16")
+# what `kb-tvm ops` lists for them
+LINEAR_FAMILY = ("linear-MxNxK-fp16", "nn.Linear of any shape: X[M, K] @ W[N, K]^T, float16 in, float32 accumulate, "
+                 "float16 out (tensor-core space on CUDA)")
 
 
 def linear_workload(m: int, n: int, k: int) -> Workload:
