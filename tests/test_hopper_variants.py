@@ -11,6 +11,7 @@ from kb_tvm.search.hopper_variants import (
     family,
     predicted_seconds,
     variants,
+    without_stages,
 )
 
 
@@ -53,6 +54,23 @@ def test_the_search_corrects_its_model_finds_the_fastest_and_measures_few():
     assert asked < len(search.pool) / 3
 
 
+@pytest.mark.parametrize("shape", [(128, 768, 768), (1024, 3072, 768), (4096, 4096, 4096)])
+def test_the_first_measurements_go_to_different_tiles_at_four_stages_not_to_one_tiles_depths(shape):
+    # the depth moved the H200's times a median 6%: a tile's other depths wait until they are
+    # the most promising, while other tiles' predictions may be off by far more
+    search = VariantSearch(*shape)
+    asked = []
+    for _ in range(6):
+        asked.append(search.ask())
+        search.tell(asked[-1], _true_seconds(asked[-1], *shape))
+    assert asked[0].stages == 4
+    assert len({without_stages(t) for t in asked}) >= 4
+    first_depths = {}
+    for tile in asked:
+        first_depths.setdefault(without_stages(tile), tile.stages)
+    assert set(first_depths.values()) == {4}
+
+
 def test_a_variant_that_failed_is_never_the_best():
     shape = (128, 768, 768)
     search = VariantSearch(*shape, patience=3)
@@ -65,8 +83,8 @@ def test_a_variant_that_failed_is_never_the_best():
 
 def test_it_stops_once_nothing_left_is_predicted_to_beat_the_best():
     shape = (4096, 4096, 4096)
-    search = VariantSearch(*shape, patience=2, hope=0.5)
-    # the model exactly right: after two measurements nothing is predicted 50% faster than the best
+    search = VariantSearch(*shape, patience=2, min_gain=0.5)
+    # the model exactly right: after two measurements nothing is expected to gain 50% over the best
     asked = _run(search, lambda t: predicted_seconds(t, *shape))
     assert asked == 2 and search.ask() is None
 

@@ -5,10 +5,13 @@ The order comes from a model of a variant's seconds: waves of blocks over the SM
 block's tensor-core work, at an efficiency that grows with the wgmma's N and with a producer
 warpgroup, as the H200 runs showed (bench-results/h200-issue12: 128x256 with a producer was the
 fastest on 4096^3; 64-wide tiles on M = 128). Each measurement corrects the model for the
-variants of its family (consumers, producer, BN): its measured / predicted ratio. The search asks
-for the unmeasured variant of lowest corrected prediction and stops when the budget is spent or
-when, after `patience` measurements, no unmeasured prediction is within `hope` of the best
-measured. A variant that failed (built wrong, computed wrong) is never the best.
+variants of its family (consumers, producer, BN): its measured / predicted ratio. The search
+asks for the variant of most expected improvement over the best measured, which weighs each
+corrected prediction by how far it may be off: a tile's other pipeline depths little (it is
+measured at 4 stages first, and depth moved the H200's times a median 6%), a measured family's
+other tiles more, a family not measured yet most. It stops when the budget is spent or when,
+after `patience` measurements, nothing left is expected to gain `min_gain` over the best.
+A variant that failed (built wrong, computed wrong) is never the best.
 """
 
 from __future__ import annotations
@@ -26,6 +29,15 @@ BM_CHOICES = (64, 128, 256)
 BN_CHOICES = (32, 64, 96, 128, 192, 256)
 STAGE_CHOICES = (3, 4, 5)
 K_SPLIT_CHOICES = (2, 3, 4, 6, 8)
+# the pipeline's depth matters little once a tile is measured: over 133 tiles the H200 runs
+# measured at two or three depths, the slowest was a median 6% behind the fastest, and 4 stages
+# was the fastest for 95 of them (bench-results/h200-issue12). So a tile is measured at 4 stages
+# first, and another depth of a measured tile is predicted at its best time less STAGE_GAIN
+FIRST_STAGES = 4
+STAGE_GAIN = 0.02
+# how far a corrected prediction may be off, in log-seconds (one standard deviation): another
+# depth of a measured tile; a tile of a family measured before; a tile of a family not measured
+SPREAD_DEPTH, SPREAD_FAMILY, SPREAD_NEW = 0.04, 0.15, 0.35
 HBM_BYTES_PER_S = 4.0e12  # what a split-K sum reads and writes moves at about this rate
 
 
@@ -67,6 +79,12 @@ def family(tile: GemmTile) -> tuple:
     return (tile.consumers, tile.producer, tile.bn, tile.k_splits > 1, tile.persistent)
 
 
+def without_stages(tile: GemmTile) -> tuple:
+    """The tile with its pipeline depth left out: the variants that differ in depth alone."""
+    return (tile.bm, tile.bn, tile.consumers, tile.group_m, tile.producer, tile.b_layout, tile.dtype,
+            tile.k_splits, tile.persistent, tile.paired_stores)
+
+
 def predicted_seconds(tile: GemmTile, m: int, n: int, k: int, batch: int = 1) -> float:
     """Waves of blocks times a block's work at an efficiency; a ranking, not a promise."""
     per_sm = max(1, min(SM_SHARED_BYTES // tile.shared_bytes, SM_REGISTERS // (tile.threads * 168)))
@@ -98,21 +116,27 @@ class VariantSearch:
     batch: int = 1
     b_batched: bool = False
     patience: int = 6
-    hope: float = 0.05
+    min_gain: float = 0.01
     measured: dict[GemmTile, float | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.patience < 1:
             raise ValueError(f"patience={self.patience!r}: at least 1 measurement")
-        if not 0 <= self.hope < 1:
-            raise ValueError(f"hope={self.hope!r}: a fraction in [0, 1)")
+        if not 0 <= self.min_gain < 1:
+            raise ValueError(f"min_gain={self.min_gain!r}: a fraction in [0, 1)")
         self.pool = variants(self.m, self.n, self.k, self.dtype, self.b_layout, self.batch, self.b_batched)
         if not self.pool:
             raise ValueError(f"no Hopper GEMM variant fits {self.m}x{self.n}x{self.k} (N and K multiples of 8 needed)")
 
     def corrected(self, tile: GemmTile) -> float:
-        """The model's seconds for `tile` times its family's measured / predicted ratio (the
-        median of them), or the ratio over all measurements for a family not measured yet."""
+        """Another depth of a tile measured right: its best time less STAGE_GAIN. Otherwise the
+        model's seconds for `tile` times its family's measured / predicted ratio (the median of
+        them), or the ratio over all measurements for a family not measured yet."""
+        depths = [seconds for t, seconds in self.measured.items()
+                  if seconds is not None and without_stages(t) == without_stages(tile)]
+        if depths:
+            return min(depths) * (1 - STAGE_GAIN)
+
         def ratios(match):
             return sorted(seconds / self.predicted(t)
                           for t, seconds in self.measured.items() if seconds is not None and match(t))
@@ -135,12 +159,40 @@ class VariantSearch:
         left = [t for t in self.pool if t not in self.measured]
         if not left:
             return None
-        ranked = sorted(left, key=lambda t: (self.corrected(t), t.describe()))
         best = self.best
-        enough = best is not None and len(self.measured) >= self.patience
-        if enough and self.corrected(ranked[0]) > best[1] * (1 - self.hope):
-            return None  # nothing left is predicted to beat the best by `hope`
-        return ranked[0]
+        if best is None:  # nothing measured right yet: the fastest predicted
+            return min(self._askable(left), key=lambda t: (self.corrected(t), t.describe()))
+        gain, _, tile = max((self.expected_gain(t, best[1]), t.describe(), t) for t in self._askable(left))
+        if len(self.measured) >= self.patience and gain < self.min_gain:
+            return None  # nothing left is expected to beat the best by `min_gain`
+        return tile
+
+    def spread(self, tile: GemmTile) -> float:
+        """How far `tile`'s corrected prediction may be off (log-seconds)."""
+        measured = [t for t, seconds in self.measured.items() if seconds is not None]
+        if any(without_stages(t) == without_stages(tile) for t in measured):
+            return SPREAD_DEPTH
+        return SPREAD_FAMILY if any(family(t) == family(tile) for t in measured) else SPREAD_NEW
+
+    def expected_gain(self, tile: GemmTile, best_seconds: float) -> float:
+        """Expected improvement over the best, relative (log-seconds), of measuring `tile`: a
+        measurement costs about the same seconds whatever the variant (its build), so this is
+        also the order by expected gain per second."""
+        sigma = self.spread(tile)
+        z = (math.log(best_seconds) - math.log(self.corrected(tile))) / sigma
+        return sigma * (z * 0.5 * (1 + math.erf(z / math.sqrt(2))) + math.exp(-z * z / 2) / math.sqrt(2 * math.pi))
+
+    def _askable(self, left: list[GemmTile]) -> list[GemmTile]:
+        """Of a tile not measured at any depth, only its first depth (FIRST_STAGES where admitted,
+        else the nearest); every depth of a tile measured before."""
+        tried = {without_stages(t) for t in self.measured}
+        first: dict[tuple, GemmTile] = {}
+        for tile in left:
+            key = without_stages(tile)
+            if key not in tried and (key not in first or abs(tile.stages - FIRST_STAGES) <
+                                     abs(first[key].stages - FIRST_STAGES)):
+                first[key] = tile
+        return [t for t in left if without_stages(t) in tried] + list(first.values())
 
     def tell(self, tile: GemmTile, seconds: float | None) -> None:
         if tile not in self.pool:
