@@ -79,8 +79,8 @@ def read_rows(work_dir: Path) -> list[dict]:
 def search_kernels(tasks, untuned, target, *, budget, work_dir: Path, default_latency: dict[str, float],
                    share: float = SHARE_OF_BUDGET, notify=lambda event: None) -> dict[str, HopperChoice]:
     """The best right variant per task the template computes, within `share` of what is left of
-    `budget` (a started TuningBudget). `untuned`: the untuned executable, whose kernels are the
-    reference."""
+    `budget` (a started TuningBudget), split among the tasks by their model time, hottest first
+    (`slice_end`). `untuned`: the untuned executable, whose kernels are the reference."""
     import tvm
 
     from ..search.hopper_match import NotAHopperGemm, match_fused_gemm
@@ -90,23 +90,33 @@ def search_kernels(tasks, untuned, target, *, budget, work_dir: Path, default_la
     device = tvm.cuda(0)
     library = untuned.mod.imports[0]
     out: dict[str, HopperChoice] = {}
-    hottest = sorted(tasks, key=lambda t: -float(t.weight) * default_latency[str(t.task_name)])
-    for task in hottest:
+    model_time = {str(t.task_name): float(t.weight) * default_latency[str(t.task_name)] for t in tasks}
+    matched = []
+    for task in sorted(tasks, key=lambda t: -model_time[str(t.task_name)]):  # hottest first
         name = str(task.task_name)
         try:
-            fused = match_fused_gemm(task.dispatched[0])
+            matched.append((name, match_fused_gemm(task.dispatched[0])))
         except NotAHopperGemm as why:  # not a GEMM the template computes
             if "matmul" in name:
                 notify({"event": "hopper_skip", "task": name, "why": str(why)})
-            continue
-        choice = search_task(fused, name, target, device, lambda arrays: task_output(library, name, arrays, device),
-                             until=lambda: budget.spent >= stop_at, work_dir=work_dir, earlier=earlier,
-                             notify=notify)
+    for i, (name, fused) in enumerate(matched):
+        task_stop = slice_end(budget.spent, stop_at, model_time[name], sum(model_time[n] for n, _ in matched[i:]))
+        choice = search_task(fused, name, target, device,
+                             lambda arrays, name=name: task_output(library, name, arrays, device),
+                             until=lambda task_stop=task_stop: budget.spent >= task_stop, work_dir=work_dir,
+                             earlier=earlier, notify=notify)
         if choice is not None:
             out[name] = choice
             notify({"event": "hopper_best", "task": name, "seconds": choice.seconds, "tile": choice.tile.describe(),
                     "default_s": default_latency[name]})
     return out
+
+
+def slice_end(now: float, end: float, model_time: float, model_time_left: float) -> float:
+    """When one task's variant search stops: its share, by the model time of the tasks still to
+    search (this one's included), of the stage's seconds left. What a task leaves unspent goes
+    to those after it."""
+    return now + (end - now) * model_time / model_time_left
 
 
 def search_task(fused, name: str, target, device, reference, *, until, work_dir: Path, earlier: list[dict],
