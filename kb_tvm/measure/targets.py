@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 
 # Static shared memory per block: what a kernel without opt-in may use (every arch since sm_20).
 # MetaSchedule's CUDA-core rules stage tiles in static `shared`; above 48 KB those fail to build.
@@ -87,13 +88,15 @@ def register_tir_pipeline() -> str:
 _CPU_INTRINSICS = ("x86", "arm_cpu", "riscv_cpu", "rocm", "hexagon")
 
 
-def register_tensor_intrinsics(target) -> None:
-    """Register the tensor intrinsics a search for `target` may use, once per process, before
-    the budget's clock starts. MetaSchedule's first TuneContext imports them all: 20 s on a 2-core
-    CPU, 15 of them CUDA's wmma/mma variants, which a CPU target never uses. For a CPU target the
-    package is entered without its __init__ (the one module that imports CUDA's) and its CPU
-    modules registered, so MetaSchedule's import finds it done; a CUDA target registers CUDA's
-    too, whenever it comes (a CUDA search in the same process then still finds them)."""
+@contextmanager
+def tensor_intrinsics(target):
+    """The tensor intrinsics a search for `target` may use, registered for the `with` block,
+    before the budget's clock starts. MetaSchedule's first TuneContext imports every backend's:
+    20 s on a 2-core CPU, 15 of them CUDA's wmma/mma variants, which a CPU target never uses. For
+    a CPU target the package is entered without its __init__ (the one module that imports CUDA's)
+    and its CPU modules registered, so MetaSchedule's import finds it done. After the block the
+    package is TVM's own again: the next import of it (a CUDA search later in the same process)
+    registers what was left out."""
     import importlib
     import importlib.util
     import sys
@@ -102,15 +105,18 @@ def register_tensor_intrinsics(target) -> None:
     if target.kind.name == "cuda" or package in sys.modules:
         importlib.import_module(package)
         importlib.import_module(f"{package}.cuda")
+        yield
         return
     import tvm.s_tir
 
     spec = importlib.util.find_spec(package)
-    module = importlib.util.module_from_spec(spec)  # a package: its submodules import as ever
-    sys.modules[package] = module
-    tvm.s_tir.tensor_intrin = module
-    for name in _CPU_INTRINSICS:
-        importlib.import_module(f"{package}.{name}")
+    sys.modules[package] = tvm.s_tir.tensor_intrin = importlib.util.module_from_spec(spec)
+    try:
+        for name in _CPU_INTRINSICS:
+            importlib.import_module(f"{package}.{name}")
+        yield
+    finally:  # its CPU modules stay imported (and registered): __init__ will not register them twice
+        del sys.modules[package], tvm.s_tir.tensor_intrin
 
 
 def compile_kernel(mod, target):

@@ -11,7 +11,7 @@ from pathlib import Path
 from ..allocation import TaskStats
 from ..budget import TuningBudget
 from ..logger_guard import guard_metaschedule_logger
-from ..measure.targets import register_tensor_intrinsics
+from ..measure.targets import tensor_intrinsics
 from . import hopper_stage
 from .onnx_input import example_inputs, onnxruntime_outputs
 from .precision import (
@@ -108,53 +108,53 @@ def tune_model(
     default_latency = profile_kernels(untuned, target, tasks)
     notify({"event": "untuned", "latency_ms": untuned_latency * 1e3})
 
-    register_tensor_intrinsics(target)  # once per process, before the clock
+    with tensor_intrinsics(target):  # registered before the clock
+        tuning_budget = TuningBudget(budget, already_spent=earlier["spent_s"] if earlier else 0.0).start()
+        if earlier:
+            notify({"event": "resume", "spent_s": earlier["spent_s"], "tasks": len(earlier["tasks"])})
+        batches: list[dict] = list(earlier.get("batches", [])) if earlier else []
 
-    tuning_budget = TuningBudget(budget, already_spent=earlier["spent_s"] if earlier else 0.0).start()
-    if earlier:
-        notify({"event": "resume", "spent_s": earlier["spent_s"], "tasks": len(earlier["tasks"])})
-    batches: list[dict] = list(earlier.get("batches", [])) if earlier else []
+        def save_state() -> None:
+            write_state(work_dir, name=name, precision=precision, math=math, budget=tuning_budget,
+                        tasks=scheduler.stats, batches=batches)
 
-    def save_state() -> None:
-        write_state(work_dir, name=name, precision=precision, math=math, budget=tuning_budget, tasks=scheduler.stats,
-                    batches=batches)
+        def emit(record: dict) -> None:  # every scheduler decision also saves the job's state
+            save_state()
+            notify(record)
 
-    def emit(record: dict) -> None:  # every scheduler decision also saves the job's state
-        save_state()
-        notify(record)
+        def measured(point: dict) -> None:
+            batches.append({"seconds": tuning_budget.spent, "task": point["task"], "best_ms": point["batch_best_ms"]})
 
-    def measured(point: dict) -> None:
-        batches.append({"seconds": tuning_budget.spent, "task": point["task"], "best_ms": point["batch_best_ms"]})
-
-    is_cuda = target.kind.name == "cuda"
-    hopper_found = {}  # the Hopper template's best right kernel per task it computes (kb, sm_90, fp16/bf16)
-    if strategy == "kb" and hopper_stage.applies(target, precision):
-        hopper_found = hopper_stage.search_kernels(tasks, untuned, target, budget=tuning_budget, work_dir=work_dir,
-                                                   default_latency=default_latency, notify=notify)
-    # the scheduler starts from what each task has now: a Hopper kernel already makes its task fast
-    current_latency = {name: min(seconds, hopper_found[name].seconds) if name in hopper_found else seconds
-                       for name, seconds in default_latency.items()}
-    database = RecordDatabase(work_dir=work_dir)
-    recorder = ProgressRecorder(on_progress=measured)
-    with measurement_pipeline(target, pipeline, builder, runner) as (builder, runner), guard_metaschedule_logger():
-        if strategy == "kb":  # with a KBRunner on several devices, several tasks' batches at once
-            scheduler = KBTaskScheduler(budget=tuning_budget, on_event=emit, default_latency=current_latency,
-                                        earlier=[TaskStats(**t) for t in earlier["tasks"]] if earlier else None,
-                                        experience=experience, runner=runner if isinstance(runner, KBRunner) else None)
-            search = KBSearch(budget=tuning_budget, seed=seed, repeatable=repeatable, experience=experience,
-                              log_dir=str(work_dir / "kb_logs"))
-            cost_model = "random"
-        else:
-            scheduler, search, cost_model = "gradient", TimeCappedSearch(budget=tuning_budget), "xgb"
-        kept = CandidateRecorder(work_dir=work_dir, strategy=strategy,
-                                 clock=lambda: tuning_budget.spent, builder=builder, runner=runner)
-        ms.relax_integration.tune_relax(
-            mod, params={}, target=target, work_dir=str(work_dir), max_trials_global=1_000_000, database=database,
-            num_trials_per_iter=trials_per_batch or (64 if is_cuda else 16), cost_model=cost_model,
-            builder=builder, runner=runner, strategy=search, task_scheduler=scheduler, seed=seed,
-            space=model_space(target, precision),
-            measure_callbacks=ms.MeasureCallback.create("default") + [recorder, kept],
-        )
+        is_cuda = target.kind.name == "cuda"
+        hopper_found = {}  # the Hopper template's best right kernel per task it computes (kb, sm_90, fp16/bf16)
+        if strategy == "kb" and hopper_stage.applies(target, precision):
+            hopper_found = hopper_stage.search_kernels(tasks, untuned, target, budget=tuning_budget, work_dir=work_dir,
+                                                       default_latency=default_latency, notify=notify)
+        # the scheduler starts from what each task has now: a Hopper kernel already makes its task fast
+        current_latency = {name: min(seconds, hopper_found[name].seconds) if name in hopper_found else seconds
+                           for name, seconds in default_latency.items()}
+        database = RecordDatabase(work_dir=work_dir)
+        recorder = ProgressRecorder(on_progress=measured)
+        with measurement_pipeline(target, pipeline, builder, runner) as (builder, runner), guard_metaschedule_logger():
+            if strategy == "kb":  # with a KBRunner on several devices, several tasks' batches at once
+                scheduler = KBTaskScheduler(budget=tuning_budget, on_event=emit, default_latency=current_latency,
+                                            earlier=[TaskStats(**t) for t in earlier["tasks"]] if earlier else None,
+                                            experience=experience,
+                                            runner=runner if isinstance(runner, KBRunner) else None)
+                search = KBSearch(budget=tuning_budget, seed=seed, repeatable=repeatable, experience=experience,
+                                  log_dir=str(work_dir / "kb_logs"))
+                cost_model = "random"
+            else:
+                scheduler, search, cost_model = "gradient", TimeCappedSearch(budget=tuning_budget), "xgb"
+            kept = CandidateRecorder(work_dir=work_dir, strategy=strategy,
+                                     clock=lambda: tuning_budget.spent, builder=builder, runner=runner)
+            ms.relax_integration.tune_relax(
+                mod, params={}, target=target, work_dir=str(work_dir), max_trials_global=1_000_000, database=database,
+                num_trials_per_iter=trials_per_batch or (64 if is_cuda else 16), cost_model=cost_model,
+                builder=builder, runner=runner, strategy=search, task_scheduler=scheduler, seed=seed,
+                space=model_space(target, precision),
+                measure_callbacks=ms.MeasureCallback.create("default") + [recorder, kept],
+            )
     database.compact()
     stats = scheduler.stats if strategy == "kb" else []  # stock keeps no per-task seconds
     seconds = tuning_budget.spent
