@@ -102,9 +102,11 @@ def tensor_intrinsics(target):
     import sys
 
     package = "tvm.s_tir.tensor_intrin"
-    if target.kind.name == "cuda" or package in sys.modules:
+    cuda = target.kind.name == "cuda"
+    if cuda or package in sys.modules:  # ... or within another such block, or TVM's package imported
         importlib.import_module(package)
-        importlib.import_module(f"{package}.cuda")
+        if cuda:
+            importlib.import_module(f"{package}.cuda")
         yield
         return
     import tvm.s_tir
