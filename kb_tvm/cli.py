@@ -102,6 +102,27 @@ def _seed_options(command):
         "once their measurements differ.")(command)
 
 
+def _show_model_event(record: dict) -> None:
+    """`kb-tvm tune`'s progress, one line an event that matters to the user."""
+    event = record["event"]
+    if event == "untuned":
+        click.echo(f"untuned: {record['latency_ms']:.4f} ms end to end")
+    elif event == "allocate":
+        alongside = f" (while {', '.join(record['in_flight'])} measure)" if record.get("in_flight") else ""
+        click.echo(f"[{format_seconds(record['budget_spent_s']):>7}] {record['task']}: {record['why']}{alongside}")
+    elif event == "resume":
+        click.echo(f"resuming: {format_seconds(record['spent_s'])} already spent")
+    elif event == "retire":
+        click.echo(f"          {record['task']} retired: {record['why']}")
+    elif event == "revive":
+        click.echo(f"          {record['task']} back: {record['why']}")
+    elif event == "hopper_best":  # the template stage, before MetaSchedule's
+        click.echo(f"Hopper template: {record['task']}: {record['seconds'] * 1e3:.4f} ms (untuned "
+                   f"{record['default_s'] * 1e3:.4f}) with {record['tile']}")
+    elif event == "hopper_skip":
+        click.echo(f"Hopper template: {record['task']} skipped: {record['why']}")
+
+
 def _check_repeatable(repeatable: bool, seed, strategy: str) -> None:
     if repeatable and seed is None:
         _fail("--repeatable needs --seed N")
@@ -320,25 +341,11 @@ def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, 
     click.echo(f"tuning {model} in {precision} ({math_for(tvm_target, exact=exact_math)} math) on {describe(tvm_target)} ({pipeline} pipeline"
                f"{_where(runner, tracker, key)}), budget {format_seconds(parse_budget(budget))}, work dir {work_dir}")
 
-    def show(record: dict) -> None:
-        event = record["event"]
-        if event == "untuned":
-            click.echo(f"untuned: {record['latency_ms']:.4f} ms end to end")
-        elif event == "allocate":
-            alongside = f" (while {', '.join(record['in_flight'])} measure)" if record.get("in_flight") else ""
-            click.echo(f"[{format_seconds(record['budget_spent_s']):>7}] {record['task']}: {record['why']}{alongside}")
-        elif event == "resume":
-            click.echo(f"resuming: {format_seconds(record['spent_s'])} already spent")
-        elif event == "retire":
-            click.echo(f"          {record['task']} retired: {record['why']}")
-        elif event == "revive":
-            click.echo(f"          {record['task']} back: {record['why']}")
-
     try:
         report = tune_model(onnx_model, name=str(model), target=tvm_target, budget=budget, work_dir=work_dir,
                             trials_per_batch=trials_per_batch, seed=seed, repeatable=repeatable, strategy=strategy,
                             pipeline=pipeline, precision=precision, exact_math=exact_math, cuda_graph=cuda_graph,
-                            runner=runner, resume=resume, experience=experience, on_event=show)
+                            runner=runner, resume=resume, experience=experience, on_event=_show_model_event)
     except ModelError as err:
         _fail(str(err))
     except Exception as err:  # noqa: BLE001 - the tracker going away surfaces through MetaSchedule

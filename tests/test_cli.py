@@ -80,3 +80,19 @@ def test_tune_op_end_to_end_shows_progress_and_a_result(tmp_path):
     target = json.loads(result["target"])
     assert target["mcpu"] and result["pipeline"] == "kb"  # the detected host CPU, not bare llvm
     assert f"mcpu={target['mcpu']}" in lines[0]
+
+
+def test_tune_shows_the_hopper_template_stage_a_line_a_task(capsys):
+    """On an sm_90 GPU the template's variants are searched before MetaSchedule's (tens of
+    seconds): `kb-tvm tune` says what each matmul task got, or why it was skipped."""
+    from kb_tvm.cli import _show_model_event
+
+    _show_model_event({"event": "hopper_best", "task": "fused_matmul_cast1_add2", "seconds": 4.56e-6,
+                       "default_s": 4.21e-5, "tile": "bm=64, bn=64, stages=3"})
+    _show_model_event({"event": "hopper_skip", "task": "fused_matmul1_softmax",
+                       "why": "2 reduction blocks of 4, not one GEMM"})
+    _show_model_event({"event": "hopper_variant", "task": "fused_matmul_cast1_add2", "seconds": 5e-6})
+    assert capsys.readouterr().out.splitlines() == [
+        "Hopper template: fused_matmul_cast1_add2: 0.0046 ms (untuned 0.0421) with bm=64, bn=64, stages=3",
+        "Hopper template: fused_matmul1_softmax skipped: 2 reduction blocks of 4, not one GEMM",
+    ]
