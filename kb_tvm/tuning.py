@@ -195,11 +195,13 @@ def tune_operator(
         database = RecordDatabase(work_dir=work_dir)
         tuning_budget.start()  # the rest of the job counts, MetaSchedule's own set-up included
         started = time.monotonic()
-        with measurement_pipeline(target, pipeline, builder, runner) as (builder, runner), guard_metaschedule_logger():
+        with measurement_pipeline(target, pipeline, builder, runner) as (builder, runner), \
+                guard_metaschedule_logger():
             template = None
             if strategy in ("kb", "agent"):
                 template = template_region(workload, target, tuning_budget, work_dir, runner=runner,
-                                           on_measured=lambda ms: recorder.add("hopper template", [ms]), on_event=event)
+                                           on_measured=lambda ms: recorder.add("hopper template", [ms]),
+                                           on_event=event)
                 if template is not None:
                     search.outside_best = {_task_name(workload): template.seconds}
             kept = CandidateRecorder(work_dir=work_dir, strategy=strategy,

@@ -135,7 +135,8 @@ def tune_model(
                            for name, seconds in default_latency.items()}
         database = RecordDatabase(work_dir=work_dir)
         recorder = ProgressRecorder(on_progress=measured)
-        with measurement_pipeline(target, pipeline, builder, runner) as (builder, runner), guard_metaschedule_logger():
+        with measurement_pipeline(target, pipeline, builder, runner) as (builder, runner), \
+                guard_metaschedule_logger():
             if strategy == "kb":  # with a KBRunner on several devices, several tasks' batches at once
                 scheduler = KBTaskScheduler(budget=tuning_budget, on_event=emit, default_latency=current_latency,
                                             earlier=[TaskStats(**t) for t in earlier["tasks"]] if earlier else None,
