@@ -12,8 +12,9 @@ rows at a time, for L2), split-K (k_splits) and persistent blocks (`persistent`:
 walks the output tiles in turn). `GemmTile(...)` refuses a set that cannot build or run and says why.
 The epilogue is a parameter: what is stored from each fp32 accumulator (a cast by default; a
 task's bias, residual and GELU when kb_tvm/search/hopper_match.py reads them off its TIR). A batch
-of GEMMs (`gemm(batch=)`: attention's heads) is one launch over all of their tiles. Not yet:
-setmaxnreg for the producer, clusters, a staged (TMA-store) epilogue.
+of GEMMs (`gemm(batch=)`: attention's heads) is one launch over all of their tiles. With two
+consumers, `setmaxnreg` moves registers from the producer to them (CUTLASS's 40 / 232). Not yet:
+clusters, a staged (TMA-store) epilogue.
 kb_tvm/search/hopper_variants.py searches the variants (`python -m kb_tvm.bench_hopper
 --search`); `kb-tvm tune --precision fp16|bf16` on an sm_90 GPU uses them for the model's matmul
 tasks (kb_tvm/model_tuning/hopper_stage.py), and `kb-tvm tune-op` as a region of the task beside
@@ -41,6 +42,8 @@ WGMMA_K = 16  # and 16 of K for 2-byte inputs
 SWIZZLE_BYTES = 128  # the TMA/wgmma 128-byte swizzle: one row of BK inputs
 MAX_SHARED_BYTES = 227 * 1024  # an sm_90 block's dynamic shared memory (opt-in)
 MAX_ACCUMULATORS = 128  # fp32 accumulator registers a thread holds (of its 255)
+SM_REGISTERS = 65536
+PRODUCER_REGISTERS = 40  # what a producer thread keeps under setmaxnreg (it only issues TMA loads)
 SMS = 132  # an H100 or H200 SXM
 INPUT_DTYPES = {"float16": "f16", "bfloat16": "bf16"}
 OUTPUT_DTYPES = ("float32", "float16", "bfloat16")
@@ -73,6 +76,11 @@ class GemmTile:
     # tile's K-tiles while the consumers store the last one, so the epilogue and the pipeline's
     # fill no longer leave the tensor cores idle once per tile (needs the producer warpgroup)
     persistent: bool = False
+    # the producer warpgroup, which needs few registers, gives them up (setmaxnreg.dec to
+    # PRODUCER_REGISTERS) and the two consumers take them (setmaxnreg.inc): 232 a thread rather
+    # than the 168 that 384 threads get at launch, room beside 128 accumulators. The kernel is
+    # bounded to one block per SM: without that bound ptxas ignores setmaxnreg (C7508)
+    setmaxnreg: bool = False
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -105,11 +113,20 @@ class GemmTile:
         """fp32 registers per thread: (BM / consumers / 64) sub-tiles of BN / 2 each."""
         return self.rows_per_consumer // WGMMA_M * self.bn // 2
 
+    @property
+    def consumer_registers(self) -> int:
+        """A consumer thread's registers under setmaxnreg: the block's launch share (a multiple of
+        8) less what the producer keeps, over the consumers (384 threads: 168 -> 40 and 232)."""
+        at_launch = SM_REGISTERS // self.threads // 8 * 8
+        return (at_launch * self.threads - PRODUCER_REGISTERS * WARPGROUP_THREADS) // (
+            WARPGROUP_THREADS * self.consumers) // 8 * 8
+
     def describe(self) -> str:
         return (f"bm={self.bm}, bn={self.bn}, stages={self.stages}, consumers={self.consumers}, "
                 f"group_m={self.group_m}, producer={self.producer}, b_layout={self.b_layout}, dtype={self.dtype}"
                 + (f", k_splits={self.k_splits}" if self.k_splits != 1 else "")
                 + (", persistent=True" if self.persistent else "")
+                + (", setmaxnreg=True" if self.setmaxnreg else "")
                 + ("" if self.paired_stores else ", paired_stores=False"))
 
     def problems(self) -> list[str]:
@@ -136,6 +153,11 @@ class GemmTile:
             out.append(f"persistent={self.persistent!r}: True or False")
         elif self.persistent and not self.producer:
             out.append("persistent=True needs producer=True: the producer runs ahead into the next tile")
+        if not isinstance(self.setmaxnreg, bool):
+            out.append(f"setmaxnreg={self.setmaxnreg!r}: True or False")
+        elif self.setmaxnreg and not (self.producer and self.consumers == 2):
+            out.append("setmaxnreg=True needs producer=True and consumers=2: it moves the producer's registers to "
+                       "two consumers (with one, a thread already has 255)")
         if self.b_layout not in ("nk", "kn"):
             out.append(f"b_layout={self.b_layout!r}: 'nk' (B[N, K]) or 'kn' (B[K, N])")
         elif self.b_layout == "kn" and self.bn % 64:
@@ -217,6 +239,7 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
     b_rows = (batch if b_batched else 1) * (k if b_kn else n)
     producer = tile.producer
     consumer_threads = WARPGROUP_THREADS * tile.consumers
+    consumer_registers = tile.consumer_registers
 
     stored = "float32" if splits > 1 else out_dtype
     pair_name, pair_source = _PAIR_STORES[stored]
@@ -338,6 +361,8 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
         B = T.match_buffer(b_ptr, (b_rows, n) if b_kn else (b_rows, k), dtype)
         C = T.match_buffer(c_ptr, c_shape, out_dtype)
         T.device_entry()
+        if tile.setmaxnreg:
+            T.attr({"tirx.launch_bounds_min_blocks_per_sm": 1})
         cta = T.cta_id([ctas])
         tid = T.thread_id([tile.threads])
         wg: T.let = tid // 128
@@ -362,6 +387,8 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
             # the stages' ring runs on across a persistent block's tiles: its i-th tile's kt-th
             # K-tile is the ring's (i * k_tiles + kt)-th
             if wg == tile.consumers:
+                if tile.setmaxnreg:
+                    T.ptx["setmaxnreg.dec.sync.aligned.u32"](PRODUCER_REGISTERS)
                 if lane == 0:
                     for i in T.serial(tiles_of(cta)):
                         t: T.let = cta + i * ctas
@@ -372,6 +399,8 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
                             load(A, B, A_s, B_s, full, a_row_of(t), b_row_of(t), block_n_of(t),
                                  split_of(t) * k_tiles + kt, it % stages)
             else:
+                if tile.setmaxnreg:
+                    T.ptx["setmaxnreg.inc.sync.aligned.u32"](consumer_registers)
                 for i in T.serial(tiles_of(cta)):
                     t: T.let = cta + i * ctas
                     for j in T.serial(subtiles * half):

@@ -20,6 +20,7 @@ ADMITTED = [
     GemmTile(bm=128, bn=96, stages=5, group_m=1, dtype="bfloat16"),
     GemmTile(bm=128, bn=256, stages=4, consumers=2, b_layout="kn"),
     GemmTile(bm=64, bn=64, stages=3, b_layout="kn", dtype="bfloat16"),
+    GemmTile(bm=128, bn=256, stages=4, consumers=2, setmaxnreg=True),
 ]
 
 
@@ -37,7 +38,8 @@ def test_every_admitted_variant_lowers_to_sm90a_cuda_with_wgmma_and_tma(tile):
     assert "wgmma.wait_group" in source
     # with a producer warpgroup, consumers release stages through mbarrier arrivals
     assert ("mbarrier_arrive_nocount_arrive_shared_b64(" in source) == tile.producer
-    assert f"__launch_bounds__({tile.threads})" in source  # 128 threads per consumer warpgroup
+    # 128 threads per warpgroup; one block an SM where setmaxnreg needs ptxas to know its registers
+    assert f"__launch_bounds__({tile.threads}{', 1' if tile.setmaxnreg else ''})" in source
 
 
 @pytest.mark.parametrize(("given", "rule"), [
@@ -55,6 +57,9 @@ def test_every_admitted_variant_lowers_to_sm90a_cuda_with_wgmma_and_tma(tile):
     ({"dtype": "float32"}, "dtype 'float32' is not one of float16, bfloat16"),
     ({"persistent": True, "producer": False}, "persistent=True needs producer=True"),
     ({"bm": 128, "bn": 256}, "256 fp32 accumulators a thread (at most 128)"),
+    ({"setmaxnreg": True}, "setmaxnreg=True needs producer=True and consumers=2"),
+    ({"bm": 128, "consumers": 2, "producer": False, "setmaxnreg": True}, "setmaxnreg=True needs producer=True"),
+    ({"setmaxnreg": 1}, "setmaxnreg=1: True or False"),
     ({"bm": 256, "bn": 256, "consumers": 2, "stages": 4}, "bytes of shared memory (at most 232448): fewer stages"),
 ])
 def test_variants_that_cannot_run_are_refused_with_the_rule(given, rule):
@@ -145,6 +150,17 @@ def test_a_persistent_variant_launches_a_block_per_sm_that_walks_the_tiles_on_on
     few = compile_gemm(512, 512, 512, GemmTile(bm=128, bn=128, persistent=True), "float16")
     assert "/ 132)" not in few.mod.imports[0].inspect_source()  # 16 tiles: a block each, no loop
     assert gemm(4096, 4096, 512, tile, sms=114).script().count("114") >= 1  # an H100 PCIe's SMs
+
+
+def test_setmaxnreg_moves_the_producers_registers_to_the_two_consumers():
+    tile = GemmTile(bm=128, bn=256, stages=4, consumers=2, setmaxnreg=True)
+    source = compile_gemm(256, 512, 256, tile, "float16").mod.imports[0].inspect_source()
+    # 384 threads launch with 168 registers each (65536 / 384, in 8s); the producer's 128 threads
+    # keep 40 and the consumers' 256 take 232: 40 * 128 + 232 * 256 = 168 * 384
+    assert tile.consumer_registers == 232
+    assert "setmaxnreg.dec.sync.aligned.u32 40;" in source and "setmaxnreg.inc.sync.aligned.u32 232;" in source
+    plain = compile_gemm(256, 512, 256, GemmTile(bm=128, bn=256, stages=4, consumers=2), "float16")
+    assert "setmaxnreg" not in plain.mod.imports[0].inspect_source()
 
 
 @pytest.mark.parametrize(("out_dtype", "pair"), [("float16", "half2"), ("bfloat16", "nv_bfloat162"),
