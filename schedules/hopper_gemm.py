@@ -79,7 +79,9 @@ class GemmTile:
     # the producer warpgroup, which needs few registers, gives them up (setmaxnreg.dec to
     # PRODUCER_REGISTERS) and the two consumers take them (setmaxnreg.inc): 232 a thread rather
     # than the 168 that 384 threads get at launch, room beside 128 accumulators. The kernel is
-    # bounded to one block per SM: without that bound ptxas ignores setmaxnreg (C7508)
+    # bounded to one block per SM: without that bound ptxas ignores setmaxnreg (C7508). On the
+    # H200 it computed right and gained under 2% (bench-results/h200-issue12/s9): 168 registers
+    # already hold these tiles, so the variant search leaves it off
     setmaxnreg: bool = False
 
     def __post_init__(self) -> None:
