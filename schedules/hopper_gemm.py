@@ -13,8 +13,9 @@ walks the output tiles in turn). `GemmTile(...)` refuses a set that cannot build
 The epilogue is a parameter: what is stored from each fp32 accumulator (a cast by default; a
 task's bias, residual and GELU when kb_tvm/search/hopper_match.py reads them off its TIR). A batch
 of GEMMs (`gemm(batch=)`: attention's heads) is one launch over all of their tiles. With two
-consumers, `setmaxnreg` moves registers from the producer to them (CUTLASS's 40 / 232). Not yet:
-clusters, a staged (TMA-store) epilogue.
+consumers, `setmaxnreg` moves registers from the producer to them (CUTLASS's 40 / 232). In a
+cluster of two blocks (`cluster_m=2`: neighbouring block rows, one block column), each block
+loads half of B's tile and TMA multicasts it into both. Not yet: a staged (TMA-store) epilogue.
 kb_tvm/search/hopper_variants.py searches the variants (`python -m kb_tvm.bench_hopper
 --search`); `kb-tvm tune --precision fp16|bf16` on an sm_90 GPU uses them for the model's matmul
 tasks (kb_tvm/model_tuning/hopper_stage.py), and `kb-tvm tune-op` as a region of the task beside
@@ -27,7 +28,10 @@ descriptors into the 128-byte-swizzled tiles), waits for them and arrives on the
 mbarrier, which the producer waits on before it loads that stage again. Without a producer
 (`producer=False`) thread 0 loads `stages - 1` tiles ahead and the block syncs after every K-tile.
 A persistent block's ring runs on from one output tile to the next, so the producer loads the next
-tile's first K-tiles while the consumers store the last one.
+tile's first K-tiles while the consumers store the last one. In a cluster, a stage's `empty`
+mbarrier waits for the consumers of both blocks (each also arrives on its peer's), since either
+producer's multicast writes into both blocks' stage; the blocks sync as a cluster after the
+barriers are set up and before they leave.
 The epilogue stores the accumulator fragments straight to global memory, each through `epilogue`,
 a thread's two neighbouring outputs in one store (`paired_stores`).
 """
@@ -83,6 +87,10 @@ class GemmTile:
     # H200 it computed right and gained under 2% (bench-results/h200-issue12/s9): 168 registers
     # already hold these tiles, so the variant search leaves it off
     setmaxnreg: bool = False
+    # two blocks of neighbouring block rows (a cluster of 2) share B's tile: each loads half of it
+    # and TMA multicasts that half to both, so B is read from L2 half as often. Not yet run on a
+    # GPU (bench-results/h200-issue12-next.sh runs it first): the variant search leaves it off
+    cluster_m: int = 1
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -129,6 +137,7 @@ class GemmTile:
                 + (f", k_splits={self.k_splits}" if self.k_splits != 1 else "")
                 + (", persistent=True" if self.persistent else "")
                 + (", setmaxnreg=True" if self.setmaxnreg else "")
+                + (f", cluster_m={self.cluster_m}" if self.cluster_m != 1 else "")
                 + ("" if self.paired_stores else ", paired_stores=False"))
 
     def problems(self) -> list[str]:
@@ -160,6 +169,16 @@ class GemmTile:
         elif self.setmaxnreg and not (self.producer and self.consumers == 2):
             out.append("setmaxnreg=True needs producer=True and consumers=2: it moves the producer's registers to "
                        "two consumers (with one, a thread already has 255)")
+        if self.cluster_m not in (1, 2):
+            out.append(f"cluster_m={self.cluster_m!r}: 1 or 2 blocks")
+        elif self.cluster_m == 2:
+            if not self.producer or self.k_splits != 1:
+                out.append("cluster_m=2 needs producer=True and k_splits=1: the producers of the two blocks "
+                           "multicast B's halves into a ring that both blocks' consumers release")
+            half_b = 64 if self.b_layout == "kn" else 8  # B's halves: whole swizzle chunks, or 8-row atoms
+            if self.bn % (2 * half_b):
+                out.append(f"bn={self.bn} with cluster_m=2: B's tile is split in halves of multiples of {half_b} "
+                           f"{'columns' if self.b_layout == 'kn' else 'rows'}")
         if self.b_layout not in ("nk", "kn"):
             out.append(f"b_layout={self.b_layout!r}: 'nk' (B[N, K]) or 'kn' (B[K, N])")
         elif self.b_layout == "kn" and self.bn % 64:
@@ -218,9 +237,14 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
     dtype, bm, bn, bk, stages = tile.dtype, tile.bm, tile.bn, tile.bk, tile.stages
     group_m = tile.group_m
     grid_m, grid_n, k_tiles = -(-m // bm), -(-n // bn), -(-k // bk) // splits  # k_tiles: of one split
-    ragged = bool(m % bm or n % bn)  # the last tiles' stores are guarded (N's come in whole groups of 8)
-    tiles = grid_m * grid_n * batch * splits
-    ctas = min(tiles, sms) if tile.persistent else tiles
+    cluster = tile.cluster_m
+    cluster_rows = -(-grid_m // cluster)  # a tile of a cluster: `cluster` block rows, one block column
+    # the last tiles' stores are guarded (N's come in whole groups of 8)
+    ragged = bool(m % (bm * cluster) or n % bn)
+    tiles = cluster_rows * grid_n * batch * splits
+    clusters = min(tiles, sms // cluster) if tile.persistent else tiles
+    ctas = clusters * cluster
+    b_half = bn // 2  # with a cluster, the rows (B[N, K]) or columns (B[K, N]) of B's tile a block loads
     rows = tile.rows_per_consumer
     subtiles = rows // WGMMA_M
     half = bn // 2  # accumulators per sub-tile and thread
@@ -253,7 +277,7 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
         return [acc[sub * half + i] for i in range(half)]
 
     def where(t):
-        return tile_position(t, grid_m=grid_m, grid_n=grid_n, batch=batch, group_m=group_m, minimum=T.min)
+        return tile_position(t, grid_m=cluster_rows, grid_n=grid_n, batch=batch, group_m=group_m, minimum=T.min)
 
     def split_of(t):
         return where(t)[0]
@@ -261,33 +285,54 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
     def batch_of(t):
         return where(t)[1]
 
-    def block_m_of(t):
-        return where(t)[2]
+    def block_m_of(t, rank):
+        """The block row of the cluster's tile t that its block `rank` computes."""
+        return where(t)[2] * cluster + rank if cluster > 1 else where(t)[2]
 
     def block_n_of(t):
         return where(t)[3]
 
-    def a_row_of(t):
-        """The first row of A (of all the batch's) that tile t reads."""
-        return batch_of(t) * m + block_m_of(t) * bm
+    def a_row_of(t, rank):
+        """The first row of A (of all the batch's) that block `rank` of tile t reads."""
+        return batch_of(t) * m + block_m_of(t, rank) * bm
 
     def b_row_of(t):
         """B[N, K]: the first row tile t reads; B[K, N]: where its batch's K starts."""
         first = batch_of(t) * (k if b_kn else n) if b_batched else 0
         return first if b_kn else first + block_n_of(t) * bn
 
-    def tiles_of(cta):
-        """How many tiles block `cta` computes: cta, cta + ctas, ... while below `tiles`."""
-        return tiles_of_block(cta, tiles=tiles, ctas=ctas) if tile.persistent else 1
+    def rank_of(cta):
+        """A block's place in its cluster."""
+        return cta % cluster if cluster > 1 else 0
+
+    def home_of(cta):
+        """A block's cluster (the block itself, without clusters)."""
+        return cta // cluster if cluster > 1 else cta
+
+    def tiles_of(home):
+        """How many tiles cluster `home` (a block, without clusters) computes: home, home +
+        clusters, ... while below `tiles`."""
+        return tiles_of_block(home, tiles=tiles, ctas=clusters) if tile.persistent else 1
 
     # fmt: off
     @T.macro
-    def load(A, B, A_s, B_s, full, a_row, b_row, block_n, kt, into):
+    def load(A, B, A_s, B_s, full, a_row, b_row, block_n, kt, into, rank):
         """Thread issuing: K-tile kt's (of all of K) A and B tiles into stage `into`, completing
-        full[into]; a_row, b_row: a_row_of and b_row_of the tile."""
+        full[into]; a_row, b_row: a_row_of and b_row_of the tile. In a cluster, block `rank`
+        loads its half of B's tile into both blocks' stage (the peer's lands on its full[into])."""
         Tx.copy_async(A_s[into, :, :], A[a_row:a_row + bm, kt * bk:(kt + 1) * bk],
                       dispatch="tma_auto", mbar=full.ptr_to([into]))
-        if b_kn:
+        if cluster > 1:
+            if b_kn:
+                Tx.copy_async(B_s[into, :, rank * b_half:(rank + 1) * b_half],
+                              B[b_row + kt * bk:b_row + (kt + 1) * bk,
+                                block_n * bn + rank * b_half:block_n * bn + (rank + 1) * b_half],
+                              dispatch="tma_auto", mbar=full.ptr_to([into]), cta_mask=3)
+            else:
+                Tx.copy_async(B_s[into, rank * b_half:(rank + 1) * b_half, :],
+                              B[b_row + rank * b_half:b_row + (rank + 1) * b_half, kt * bk:(kt + 1) * bk],
+                              dispatch="tma_auto", mbar=full.ptr_to([into]), cta_mask=3)
+        elif b_kn:
             Tx.copy_async(B_s[into, :, :], B[b_row + kt * bk:b_row + (kt + 1) * bk, block_n * bn:(block_n + 1) * bn],
                           dispatch="tma_auto", mbar=full.ptr_to([into]))
         else:
@@ -366,6 +411,10 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
         if tile.setmaxnreg:
             T.attr({"tirx.launch_bounds_min_blocks_per_sm": 1})
         cta = T.cta_id([ctas])
+        if cluster > 1:
+            T.cta_id_in_cluster([cluster])
+        rank = T.meta_var(rank_of(cta))  # this block's place in its cluster
+        home = T.meta_var(home_of(cta))  # its cluster (the block itself without clusters)
         tid = T.thread_id([tile.threads])
         wg: T.let = tid // 128
         lane: T.let = tid % 128
@@ -381,9 +430,13 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
         if tid == 0:
             for s in T.unroll(stages):
                 T.ptx.mbarrier.init.shared.b64(full.ptr_to([s]), T.uint32(1))
-                T.ptx.mbarrier.init.shared.b64(empty.ptr_to([s]), T.uint32(consumer_threads))
+                T.ptx.mbarrier.init.shared.b64(empty.ptr_to([s]), T.uint32(consumer_threads * cluster))
         T.ptx.fence.proxy.async_.shared__cta()
-        T.cuda.cta_sync()
+        if cluster > 1:  # the peer's barriers are initialised before either block multicasts into them
+            T.ptx.fence.mbarrier_init.release.cluster()
+            T.cuda.cluster_sync()
+        else:
+            T.cuda.cta_sync()
 
         if producer:
             # the stages' ring runs on across a persistent block's tiles: its i-th tile's kt-th
@@ -392,41 +445,50 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
                 if tile.setmaxnreg:
                     T.ptx["setmaxnreg.dec.sync.aligned.u32"](PRODUCER_REGISTERS)
                 if lane == 0:
-                    for i in T.serial(tiles_of(cta)):
-                        t: T.let = cta + i * ctas
+                    for i in T.serial(tiles_of(home)):
+                        t: T.let = home + i * clusters
                         for kt in T.serial(k_tiles):
                             it: T.let = i * k_tiles + kt
                             # parity flipped: a fresh barrier counts as released, every stage starts free
                             T.cuda.mbarrier_wait(empty.ptr_to([it % stages]), (it // stages) % 2 ^ 1)
-                            load(A, B, A_s, B_s, full, a_row_of(t), b_row_of(t), block_n_of(t),
-                                 split_of(t) * k_tiles + kt, it % stages)
+                            load(A, B, A_s, B_s, full, a_row_of(t, rank), b_row_of(t), block_n_of(t),
+                                 split_of(t) * k_tiles + kt, it % stages, rank)
             else:
                 if tile.setmaxnreg:
                     T.ptx["setmaxnreg.inc.sync.aligned.u32"](consumer_registers)
-                for i in T.serial(tiles_of(cta)):
-                    t: T.let = cta + i * ctas
+                for i in T.serial(tiles_of(home)):
+                    t: T.let = home + i * clusters
                     for j in T.serial(subtiles * half):
                         acc[j] = T.float32(0)
                     for kt in T.serial(k_tiles):
                         multiply(A_s, B_s, full, acc, desc_a, desc_b, wg, i * k_tiles + kt)
                         T.ptx.mbarrier.arrive.shared.b64(empty.ptr_to([(i * k_tiles + kt) % stages]))
-                    store(C, acc, block_m_of(t), block_n_of(t), wg, lane, split_of(t), batch_of(t) * m)
+                        if cluster > 1:  # the peer's producer multicasts into this stage too
+                            peer_empty = T.alloc_local([1], "uint32")  # its empty[stage], in the cluster's window
+                            T.ptx.mapa.shared__cluster.u32(
+                                peer_empty[0],
+                                T.cuda.cvta_generic_to_shared(empty.ptr_to([(i * k_tiles + kt) % stages])),
+                                T.uint32(1 - rank))
+                            T.ptx.mbarrier.arrive.shared__cluster.b64(peer_empty[0])
+                    store(C, acc, block_m_of(t, rank), block_n_of(t), wg, lane, split_of(t), batch_of(t) * m)
+            if cluster > 1:  # no block leaves while its peer may still arrive on its barriers
+                T.cuda.cluster_sync()
         else:
-            block_m: T.let = block_m_of(cta)
+            block_m: T.let = block_m_of(cta, 0)
             block_n: T.let = block_n_of(cta)
-            a_row: T.let = a_row_of(cta)
+            a_row: T.let = a_row_of(cta, 0)
             b_row: T.let = b_row_of(cta)
             k_first: T.let = split_of(cta) * k_tiles  # this split's first K-tile
             if tid == 0:
                 for kt in T.serial(prefetch):
-                    load(A, B, A_s, B_s, full, a_row, b_row, block_n, k_first + kt, kt)
+                    load(A, B, A_s, B_s, full, a_row, b_row, block_n, k_first + kt, kt, 0)
             for i in T.serial(subtiles * half):
                 acc[i] = T.float32(0)
             for kt in T.serial(k_tiles):
                 if tid == 0:
                     if kt + stages - 1 < k_tiles:
                         load(A, B, A_s, B_s, full, a_row, b_row, block_n, k_first + kt + stages - 1,
-                             (kt + stages - 1) % stages)
+                             (kt + stages - 1) % stages, 0)
                 multiply(A_s, B_s, full, acc, desc_a, desc_b, wg, kt)
                 T.cuda.cta_sync()  # every warpgroup is done with this stage before it is loaded again
             store(C, acc, block_m, block_n, wg, lane, split_of(cta), batch_of(cta) * m)

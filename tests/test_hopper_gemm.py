@@ -21,6 +21,8 @@ ADMITTED = [
     GemmTile(bm=128, bn=256, stages=4, consumers=2, b_layout="kn"),
     GemmTile(bm=64, bn=64, stages=3, b_layout="kn", dtype="bfloat16"),
     GemmTile(bm=128, bn=256, stages=4, consumers=2, setmaxnreg=True),
+    GemmTile(bm=128, bn=256, stages=4, consumers=2, cluster_m=2),
+    GemmTile(bm=128, bn=128, stages=4, b_layout="kn", cluster_m=2, persistent=True),
 ]
 
 
@@ -60,6 +62,12 @@ def test_every_admitted_variant_lowers_to_sm90a_cuda_with_wgmma_and_tma(tile):
     ({"setmaxnreg": True}, "setmaxnreg=True needs producer=True and consumers=2"),
     ({"bm": 128, "consumers": 2, "producer": False, "setmaxnreg": True}, "setmaxnreg=True needs producer=True"),
     ({"setmaxnreg": 1}, "setmaxnreg=1: True or False"),
+    ({"cluster_m": 4}, "cluster_m=4: 1 or 2 blocks"),
+    ({"cluster_m": 2, "producer": False}, "cluster_m=2 needs producer=True and k_splits=1"),
+    ({"cluster_m": 2, "k_splits": 2}, "cluster_m=2 needs producer=True and k_splits=1"),
+    ({"cluster_m": 2, "bn": 64, "b_layout": "kn"}, "bn=64 with cluster_m=2: B's tile is split in halves of "
+                                                   "multiples of 64 columns"),
+    ({"cluster_m": 2, "bn": 24}, "bn=24 with cluster_m=2: B's tile is split in halves of multiples of 8 rows"),
     ({"bm": 256, "bn": 256, "consumers": 2, "stages": 4}, "bytes of shared memory (at most 232448): fewer stages"),
 ])
 def test_variants_that_cannot_run_are_refused_with_the_rule(given, rule):
@@ -161,6 +169,34 @@ def test_setmaxnreg_moves_the_producers_registers_to_the_two_consumers():
     assert "setmaxnreg.dec.sync.aligned.u32 40;" in source and "setmaxnreg.inc.sync.aligned.u32 232;" in source
     plain = compile_gemm(256, 512, 256, GemmTile(bm=128, bn=256, stages=4, consumers=2), "float16")
     assert "setmaxnreg" not in plain.mod.imports[0].inspect_source()
+
+
+def test_a_cluster_of_two_blocks_multicasts_each_half_of_b_and_both_release_every_stage():
+    tile = GemmTile(bm=128, bn=256, stages=4, consumers=2, cluster_m=2)
+    assert "cta_id_in_cluster" in gemm(4096, 4096, 512, tile, "float16").script()  # launched as clusters of 2
+    source = compile_gemm(4096, 4096, 512, tile, "float16").mod.imports[0].inspect_source()
+    loads = re.findall(r"cp_async_bulk_tensor_g2s\w+\(tvm_builtin_cuda_cvta_generic_to_shared[^;]*;", source)
+    a_load, b_load = loads
+    assert "multicast" not in a_load  # each block its own A tile
+    # B: block (rank) loads rows rank x 128 of the tile's 256 into the same place of both blocks' stage
+    assert "multicast__cluster(" in b_load and "((((int)blockIdx.x) & 1) * 8192)" in b_load
+    assert "((((int)blockIdx.x) & 1) * 128)" in b_load
+    # every stage waits for both blocks' 256 consumer threads; each arrives on its peer's barrier too
+    assert "empty_ptr[0]))), (uint)512)" in source
+    assert "mapa.shared::cluster.u32" in source and "mbarrier.arrive.shared::cluster.b64" in source
+    assert "fence.mbarrier_init.release.cluster" in source
+    assert source.count("tvm_builtin_cuda_cluster_sync();") == 2  # after the set-up, before leaving
+    # the pair's block rows: rank 0 and 1 of a cluster take neighbouring 128-row strips
+    assert "((((int)blockIdx.x) & 15) * 128)" in a_load
+    # 3 block rows: the second block of the last cluster computes padding, its stores guarded
+    odd = compile_gemm(384, 512, 256, tile, "float16").mod.imports[0].inspect_source()
+    even = compile_gemm(512, 512, 256, tile, "float16").mod.imports[0].inspect_source()
+    assert "(((int)blockIdx.x) & 3) < 3)" in odd  # block row < 3 (row < 384), as the compiler folds it
+    assert odd.count("if (") > even.count("if (")  # 4 block rows: no guards
+    # persistent: 132 blocks, 66 clusters walking the cluster tiles
+    walking = compile_gemm(4096, 4096, 512, GemmTile(bm=128, bn=256, consumers=2, cluster_m=2, persistent=True),
+                           "float16").mod.imports[0].inspect_source()
+    assert re.search(r"\(\(255 - \(\(int\)blockIdx.x >> 1\)\) / 66\)|/ 66\)", walking)
 
 
 @pytest.mark.parametrize(("out_dtype", "pair"), [("float16", "half2"), ("bfloat16", "nv_bfloat162"),

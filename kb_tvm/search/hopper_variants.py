@@ -82,7 +82,7 @@ def family(tile: GemmTile) -> tuple:
 def without_stages(tile: GemmTile) -> tuple:
     """The tile with its pipeline depth left out: the variants that differ in depth alone."""
     return (tile.bm, tile.bn, tile.consumers, tile.group_m, tile.producer, tile.b_layout, tile.dtype,
-            tile.k_splits, tile.persistent, tile.paired_stores, tile.setmaxnreg)
+            tile.k_splits, tile.persistent, tile.paired_stores, tile.setmaxnreg, tile.cluster_m)
 
 
 def predicted_seconds(tile: GemmTile, m: int, n: int, k: int, batch: int = 1) -> float:
@@ -209,5 +209,5 @@ class VariantSearch:
         """A measurement as data that rebuilds the variant: GemmTile(**record["tile"])."""
         return {"tile": {name: getattr(tile, name) for name in
                          ("bm", "bn", "stages", "consumers", "group_m", "producer", "b_layout", "dtype",
-                          "k_splits", "persistent", "paired_stores", "setmaxnreg")},
+                          "k_splits", "persistent", "paired_stores", "setmaxnreg", "cluster_m")},
                 "seconds": seconds}
