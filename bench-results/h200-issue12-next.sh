@@ -3,7 +3,8 @@
 # (GemmTile(cluster_m=2), B's halves multicast by TMA) against the same tiles without, on 4096^3
 # and on BERT-base's shapes where kb is furthest behind cuBLAS. bench_hopper checks every
 # variant against torch before timing it; a cluster that deadlocked would hang the process, so
-# each shape runs under a timeout of its own.
+# each shape runs under a timeout of its own. Then five more cells of the shapes table's stock
+# column (75 s each). About 12 minutes in all.
 #   setsid nohup bash bench-results/h200-issue12-next.sh > /root/next.log 2>&1 < /dev/null &
 set -u
 res=/root/next
@@ -19,6 +20,12 @@ for shape in 4096x4096x4096 1024x768x3072 4096x3072x768 1024x3072x768; do
   stamp "clusters $shape"
   timeout -k 10 150 python3 -m kb_tvm.bench_hopper --shape $shape $tiles --dtype float16 --out-dtype float16 \
       --b-layout nk --out $res/clusters-$shape.json > $res/clusters-$shape.log 2>&1
+done
+# more cells of the shapes table's stock MetaSchedule column (s9 measured 5 of 18), one process each
+for shape in 128x3072x768 128x768x3072 1024x768x768 4096x768x768 1024x4096x4096; do
+  stamp "stock linear-$shape"
+  timeout 200 python3 -m kb_tvm.bench --workload linear-$shape-fp16 --budget 75s --target cuda \
+      --runs evolutionary@stock --out $res/stock-$shape.json > $res/stock-$shape.log 2>&1
 done
 stamp "done rc=$?"
 touch $res/DONE

@@ -29,8 +29,8 @@ mbarrier, which the producer waits on before it loads that stage again. Without 
 (`producer=False`) thread 0 loads `stages - 1` tiles ahead and the block syncs after every K-tile.
 A persistent block's ring runs on from one output tile to the next, so the producer loads the next
 tile's first K-tiles while the consumers store the last one. In a cluster, a stage's `empty`
-mbarrier waits for the consumers of both blocks (each also arrives on its peer's), since either
-producer's multicast writes into both blocks' stage; the blocks sync as a cluster after the
+mbarrier waits for the consumer warps of both blocks (one lane of each arrives on its own block's
+and on its peer's), since either producer's multicast writes into both blocks' stage; the blocks sync as a cluster after the
 barriers are set up and before they leave.
 The epilogue stores the accumulator fragments straight to global memory, each through `epilogue`,
 a thread's two neighbouring outputs in one store (`paired_stores`).
@@ -266,6 +266,9 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
     producer = tile.producer
     consumer_threads = WARPGROUP_THREADS * tile.consumers
     consumer_registers = tile.consumer_registers
+    # who releases a stage: every consumer thread; in a cluster, one lane a consumer warp (after
+    # its wgmmas finished), on its own block's barrier and on its peer's
+    releases = consumer_threads if cluster == 1 else consumer_threads // 32 * cluster
 
     stored = "float32" if splits > 1 else out_dtype
     pair_name, pair_source = _PAIR_STORES[stored]
@@ -430,7 +433,7 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
         if tid == 0:
             for s in T.unroll(stages):
                 T.ptx.mbarrier.init.shared.b64(full.ptr_to([s]), T.uint32(1))
-                T.ptx.mbarrier.init.shared.b64(empty.ptr_to([s]), T.uint32(consumer_threads * cluster))
+                T.ptx.mbarrier.init.shared.b64(empty.ptr_to([s]), T.uint32(releases))
         T.ptx.fence.proxy.async_.shared__cta()
         if cluster > 1:  # the peer's barriers are initialised before either block multicasts into them
             T.ptx.fence.mbarrier_init.release.cluster()
@@ -462,8 +465,10 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
                         acc[j] = T.float32(0)
                     for kt in T.serial(k_tiles):
                         multiply(A_s, B_s, full, acc, desc_a, desc_b, wg, i * k_tiles + kt)
-                        T.ptx.mbarrier.arrive.shared.b64(empty.ptr_to([(i * k_tiles + kt) % stages]))
-                        if cluster > 1:  # the peer's producer multicasts into this stage too
+                        if cluster == 1:
+                            T.ptx.mbarrier.arrive.shared.b64(empty.ptr_to([(i * k_tiles + kt) % stages]))
+                        elif lane % 32 == 0:  # the peer's producer multicasts into this stage too
+                            T.ptx.mbarrier.arrive.shared.b64(empty.ptr_to([(i * k_tiles + kt) % stages]))
                             peer_empty = T.alloc_local([1], "uint32")  # its empty[stage], in the cluster's window
                             T.ptx.mapa.shared__cluster.u32(
                                 peer_empty[0],
@@ -472,7 +477,9 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
                             T.ptx.mbarrier.arrive.shared__cluster.b64(peer_empty[0])
                     store(C, acc, block_m_of(t, rank), block_n_of(t), wg, lane, split_of(t), batch_of(t) * m)
             if cluster > 1:  # no block leaves while its peer may still arrive on its barriers
-                T.cuda.cluster_sync()
+                # not .aligned: the producer warp's lanes come from different branches (lane 0 loaded)
+                T.ptx.barrier.cluster.arrive.release()
+                T.ptx.barrier.cluster.wait.acquire()
         else:
             block_m: T.let = block_m_of(cta, 0)
             block_n: T.let = block_n_of(cta)

@@ -181,11 +181,12 @@ def test_a_cluster_of_two_blocks_multicasts_each_half_of_b_and_both_release_ever
     # B: block (rank) loads rows rank x 128 of the tile's 256 into the same place of both blocks' stage
     assert "multicast__cluster(" in b_load and "((((int)blockIdx.x) & 1) * 8192)" in b_load
     assert "((((int)blockIdx.x) & 1) * 128)" in b_load
-    # every stage waits for both blocks' 256 consumer threads; each arrives on its peer's barrier too
-    assert "empty_ptr[0]))), (uint)512)" in source
+    # every stage waits for both blocks' 8 consumer warps; one lane of each arrives on its peer's too
+    assert "empty_ptr[0]))), (uint)16)" in source
     assert "mapa.shared::cluster.u32" in source and "mbarrier.arrive.shared::cluster.b64" in source
     assert "fence.mbarrier_init.release.cluster" in source
-    assert source.count("tvm_builtin_cuda_cluster_sync();") == 2  # after the set-up, before leaving
+    assert source.count("tvm_builtin_cuda_cluster_sync();") == 1  # after the set-up
+    assert "barrier.cluster.arrive.release;" in source and "barrier.cluster.wait.acquire;" in source  # leaving
     # the pair's block rows: rank 0 and 1 of a cluster take neighbouring 128-row strips
     assert "((((int)blockIdx.x) & 15) * 128)" in a_load
     # 3 block rows: the second block of the last cluster computes padding, its stores guarded
