@@ -6,9 +6,9 @@ reference before it is timed, beside cuBLAS (through torch) on the same GPU.
     python -m kb_tvm.bench_hopper --workload gemm-4096-fp16 --search 1m --out search.json
 
 --tile is BMxBNxSTAGESxCONSUMERS[xGROUP_M[xPRODUCER[xPERSISTENT[xPAIRED[xSETMAXNREG[xCLUSTER_M]]]]]]
-(repeatable; PRODUCER to SETMAXNREG are 0 or 1, CLUSTER_M 1 or 2). A variant whose result differs from the reference is reported as wrong and
-never timed. `ms` is device time (CUPTI, through torch.profiler), `call_ms` the call with its
-launch (CUDA events), for cuBLAS alike.
+(repeatable; PRODUCER to SETMAXNREG are 0 or 1, CLUSTER_M 1 or 2). A variant whose result differs
+from the reference is reported as wrong and never timed. `ms` is device time (CUPTI, through
+torch.profiler), `call_ms` the call with its launch (CUDA events), for cuBLAS alike.
 """
 
 from __future__ import annotations

@@ -30,8 +30,8 @@ mbarrier, which the producer waits on before it loads that stage again. Without 
 A persistent block's ring runs on from one output tile to the next, so the producer loads the next
 tile's first K-tiles while the consumers store the last one. In a cluster, a stage's `empty`
 mbarrier waits for the consumer warps of both blocks (one lane of each arrives on its own block's
-and on its peer's), since either producer's multicast writes into both blocks' stage; the blocks sync as a cluster after the
-barriers are set up and before they leave.
+and on its peer's), since either producer's multicast writes into both blocks' stage; the blocks
+sync as a cluster after the barriers are set up and before they leave.
 The epilogue stores the accumulator fragments straight to global memory, each through `epilogue`,
 a thread's two neighbouring outputs in one store (`paired_stores`).
 """
@@ -83,9 +83,9 @@ class GemmTile:
     # the producer warpgroup, which needs few registers, gives them up (setmaxnreg.dec to
     # PRODUCER_REGISTERS) and the two consumers take them (setmaxnreg.inc): 232 a thread rather
     # than the 168 that 384 threads get at launch, room beside 128 accumulators. The kernel is
-    # bounded to one block per SM: without that bound ptxas ignores setmaxnreg (C7508). On the
-    # H200 it computed right and gained under 2% (bench-results/h200-issue12/s9): 168 registers
-    # already hold these tiles, so the variant search leaves it off
+    # bounded to one block per SM: without that bound ptxas may ignore setmaxnreg (C7508). On the
+    # H200 it computed right and gained under 2% (bench-results/h200-issue12/s9): without it,
+    # ptxas fits 128x256 in 154 registers a thread with no spills, so the search leaves it off
     setmaxnreg: bool = False
     # two blocks of neighbouring block rows (a cluster of 2) share B's tile: each loads half of it
     # and TMA multicasts that half to both, so B is read from L2 half as often. Not yet run on a

@@ -4,6 +4,8 @@ it refuses is refused with the rule (numerics need the GPU: kb_tvm.bench_hopper 
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 
 import pytest
 from hopper_helpers import bert_fp16_tasks
@@ -42,6 +44,22 @@ def test_every_admitted_variant_lowers_to_sm90a_cuda_with_wgmma_and_tma(tile):
     assert ("mbarrier_arrive_nocount_arrive_shared_b64(" in source) == tile.producer
     # 128 threads per warpgroup; one block an SM where setmaxnreg needs ptxas to know its registers
     assert f"__launch_bounds__({tile.threads}{', 1' if tile.setmaxnreg else ''})" in source
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (CUDA's ptxas), not a GPU")
+@pytest.mark.parametrize("tile", ADMITTED, ids=lambda t: t.describe().replace(", ", "-"))
+def test_ptxas_assembles_every_admitted_variant_for_sm90a_without_spills(tile, tmp_path):
+    """What NVRTC meets on the GPU, met here: the inline PTX (wgmma, TMA multicast, mapa, cluster
+    barriers, setmaxnreg) must assemble, and the accumulators must stay in registers."""
+    source = tmp_path / "kernel.cu"
+    source.write_text(compile_gemm(2 * tile.bm * tile.cluster_m, 3 * tile.bn, 256, tile, "float16")
+                      .mod.imports[0].inspect_source())
+    done = subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", "-w", "-Xptxas", "-v", "-o", str(tmp_path / "k.cubin"),
+                           str(source)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "0 bytes spill stores, 0 bytes spill loads" in done.stderr
+    registers = int(re.search(r"Used (\d+) registers", done.stderr).group(1))
+    assert registers <= 65536 // tile.threads  # the block fits an SM's register file
 
 
 @pytest.mark.parametrize(("given", "rule"), [
