@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from ..schedules.hopper_gemm import SMS, GemmTile
 SM_SHARED_BYTES = 228 * 1024
@@ -81,8 +81,7 @@ def family(tile: GemmTile) -> tuple:
 
 def without_stages(tile: GemmTile) -> tuple:
     """The tile with its pipeline depth left out: the variants that differ in depth alone."""
-    return (tile.bm, tile.bn, tile.consumers, tile.group_m, tile.producer, tile.b_layout, tile.dtype,
-            tile.k_splits, tile.persistent, tile.paired_stores, tile.setmaxnreg, tile.cluster_m)
+    return tuple(getattr(tile, f.name) for f in fields(tile) if f.name != "stages")
 
 
 def predicted_seconds(tile: GemmTile, m: int, n: int, k: int, batch: int = 1) -> float:
@@ -207,7 +206,4 @@ class VariantSearch:
     @staticmethod
     def record(tile: GemmTile, seconds: float | None) -> dict:
         """A measurement as data that rebuilds the variant: GemmTile(**record["tile"])."""
-        return {"tile": {name: getattr(tile, name) for name in
-                         ("bm", "bn", "stages", "consumers", "group_m", "producer", "b_layout", "dtype",
-                          "k_splits", "persistent", "paired_stores", "setmaxnreg", "cluster_m")},
-                "seconds": seconds}
+        return {"tile": {f.name: getattr(tile, f.name) for f in fields(tile)}, "seconds": seconds}
