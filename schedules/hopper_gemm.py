@@ -245,6 +245,7 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
     clusters = min(tiles, sms // cluster) if tile.persistent else tiles
     ctas = clusters * cluster
     b_half = bn // 2  # with a cluster, the rows (B[N, K]) or columns (B[K, N]) of B's tile a block loads
+    multicast = (1 << cluster) - 1 if cluster > 1 else 0  # TMA's mask of the blocks B's half lands in
     rows = tile.rows_per_consumer
     subtiles = rows // WGMMA_M
     half = bn // 2  # accumulators per sub-tile and thread
@@ -325,22 +326,16 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
         loads its half of B's tile into both blocks' stage (the peer's lands on its full[into])."""
         Tx.copy_async(A_s[into, :, :], A[a_row:a_row + bm, kt * bk:(kt + 1) * bk],
                       dispatch="tma_auto", mbar=full.ptr_to([into]))
-        if cluster > 1:
-            if b_kn:
-                Tx.copy_async(B_s[into, :, rank * b_half:(rank + 1) * b_half],
-                              B[b_row + kt * bk:b_row + (kt + 1) * bk,
-                                block_n * bn + rank * b_half:block_n * bn + (rank + 1) * b_half],
-                              dispatch="tma_auto", mbar=full.ptr_to([into]), cta_mask=3)
-            else:
-                Tx.copy_async(B_s[into, rank * b_half:(rank + 1) * b_half, :],
-                              B[b_row + rank * b_half:b_row + (rank + 1) * b_half, kt * bk:(kt + 1) * bk],
-                              dispatch="tma_auto", mbar=full.ptr_to([into]), cta_mask=3)
-        elif b_kn:
-            Tx.copy_async(B_s[into, :, :], B[b_row + kt * bk:b_row + (kt + 1) * bk, block_n * bn:(block_n + 1) * bn],
-                          dispatch="tma_auto", mbar=full.ptr_to([into]))
+        # B's tile, or in a cluster this block's half of it, [lo, hi) of its rows (nk) or columns (kn)
+        lo = T.meta_var(rank * b_half if cluster > 1 else 0)
+        hi = T.meta_var(lo + b_half if cluster > 1 else bn)
+        if b_kn:
+            Tx.copy_async(B_s[into, :, lo:hi],
+                          B[b_row + kt * bk:b_row + (kt + 1) * bk, block_n * bn + lo:block_n * bn + hi],
+                          dispatch="tma_auto", mbar=full.ptr_to([into]), cta_mask=multicast)
         else:
-            Tx.copy_async(B_s[into, :, :], B[b_row:b_row + bn, kt * bk:(kt + 1) * bk],
-                          dispatch="tma_auto", mbar=full.ptr_to([into]))
+            Tx.copy_async(B_s[into, lo:hi, :], B[b_row + lo:b_row + hi, kt * bk:(kt + 1) * bk],
+                          dispatch="tma_auto", mbar=full.ptr_to([into]), cta_mask=multicast)
         T.ptx.mbarrier.arrive.expect_tx.shared.b64(full.ptr_to([into]), T.uint32(stage_bytes))
 
     @T.macro
