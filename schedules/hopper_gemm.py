@@ -88,8 +88,10 @@ class GemmTile:
     # ptxas fits 128x256 in 154 registers a thread with no spills, so the search leaves it off
     setmaxnreg: bool = False
     # two blocks of neighbouring block rows (a cluster of 2) share B's tile: each loads half of it
-    # and TMA multicasts that half to both, so B is read from L2 half as often. Not yet run on a
-    # GPU (bench-results/h200-issue12-next.sh runs it first): the variant search leaves it off
+    # and TMA multicasts that half to both, so B is read from L2 half as often. On the H200 it
+    # computed right and never won (bench-results/h200-issue12/s10: 0.3% faster to 16% slower):
+    # group_m's order already keeps B in L2, and a stage waits for the slower of two blocks. The
+    # variant search leaves it off
     cluster_m: int = 1
 
     def __post_init__(self) -> None:

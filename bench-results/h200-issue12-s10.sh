@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Issue 12, prepared for the next H200 session (not run yet): clusters of two blocks
+# Issue 12, tenth session (first lease; results in bench-results/h200-issue12/s10/): clusters of two blocks
 # (GemmTile(cluster_m=2), B's halves multicast by TMA) against the same tiles without, on 4096^3
 # and on BERT-base's shapes where kb is furthest behind cuBLAS. bench_hopper checks every
 # variant against torch before timing it; a cluster that deadlocked would hang the process, so
 # each shape runs under a timeout of its own. Then five more cells of the shapes table's stock
 # column (75 s each). About 12 minutes in all.
-#   setsid nohup bash bench-results/h200-issue12-next.sh > /root/next.log 2>&1 < /dev/null &
+#   setsid nohup bash bench-results/h200-issue12-s10.sh > /root/next.log  (it wrote to /root/next) 2>&1 < /dev/null &
 set -u
 res=/root/next
 mkdir -p $res && rm -rf /root/kbrepo && cp -r "$PWD" /root/kbrepo && cd /root/kbrepo
