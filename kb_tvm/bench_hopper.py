@@ -5,9 +5,9 @@ reference before it is timed, beside cuBLAS (through torch) on the same GPU.
     python -m kb_tvm.bench_hopper --shape 4096x4096x4096 --search 5m --out search.json
     python -m kb_tvm.bench_hopper --workload gemm-4096-fp16 --search 1m --out search.json
 
---tile is BMxBNxSTAGESxCONSUMERS[xGROUP_M[xPRODUCER[xPERSISTENT[xPAIRED[xSETMAXNREG[xCLUSTER_M]]]]]]
-(repeatable; PRODUCER to SETMAXNREG are 0 or 1, CLUSTER_M 1 or 2). A variant whose result differs
-from the reference is reported as wrong and never timed. `ms` is device time (CUPTI, through
+--tile is BMxBNxSTAGESxCONSUMERS[xGROUP_M[xPRODUCER[xPERSISTENT[xPAIRED[xSETMAXNREG[xCLUSTER_M[xPINGPONG]]]]]]]
+(repeatable; PRODUCER to SETMAXNREG and PINGPONG are 0 or 1, CLUSTER_M 1 or 2). A variant whose
+result differs from the reference is reported as wrong and never timed. `ms` is device time (CUPTI, through
 torch.profiler), `call_ms` the call with its launch (CUDA events), for cuBLAS alike.
 """
 
@@ -159,7 +159,7 @@ def problems(shapes, workload_names, dtype, b_layout, out_dtype) -> list:
 @click.option("--workload", "workload_names", multiple=True,
               help="A GEMM of the suite (e.g. gemm-4096-fp16): its shape, dtypes and layout; needs --search")
 @click.option("--tile", "tiles", multiple=True, default=("128x128x4x1",),
-              help="BMxBNxSTAGESxCONSUMERS[xGROUP_M[xPRODUCER[xPERSISTENT[xPAIRED[xSETMAXNREG[xCLUSTER_M]]]]]]")
+              help="BMxBNxSTAGESxCONSUMERS[xGROUP_M[xPRODUCER[xPERSISTENT[xPAIRED[xSETMAXNREG[xCLUSTER_M[xPINGPONG]]]]]]]")
 @click.option("--dtype", default="float16", type=click.Choice(["float16", "bfloat16"]))
 @click.option("--out-dtype", default="float16", type=click.Choice(["float32", "float16", "bfloat16"]))
 @click.option("--b-layout", default="nk", type=click.Choice(["nk", "kn"]), help="B as [N, K] or [K, N]")
@@ -181,11 +181,11 @@ def main(shapes, workload_names, tiles, dtype, out_dtype, b_layout, budget, out_
     variants = []
     for text in tiles:
         parts = len(text.split("x"))
-        values = _parse(text, parts if 4 <= parts <= 10 else 4,
-                        "BMxBNxSTAGESxCONSUMERS[xGROUP_M[xPRODUCER[xPERSISTENT[xPAIRED[xSETMAXNREG[xCLUSTER_M]]]]]]")
+        values = _parse(text, parts if 4 <= parts <= 11 else 4,
+                        "BMxBNxSTAGESxCONSUMERS[xGROUP_M[xPRODUCER[xPERSISTENT[xPAIRED[xSETMAXNREG[xCLUSTER_M[xPINGPONG]]]]]]]")
         given = dict(zip(("bm", "bn", "stages", "consumers", "group_m", "producer", "persistent", "paired_stores",
-                          "setmaxnreg", "cluster_m"), values))
-        for flag in ("producer", "persistent", "paired_stores", "setmaxnreg"):
+                          "setmaxnreg", "cluster_m", "pingpong"), values))
+        for flag in ("producer", "persistent", "paired_stores", "setmaxnreg", "pingpong"):
             if flag in given:
                 given[flag] = bool(given[flag])
         try:

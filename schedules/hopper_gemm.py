@@ -13,9 +13,11 @@ walks the output tiles in turn). `GemmTile(...)` refuses a set that cannot build
 The epilogue is a parameter: what is stored from each fp32 accumulator (a cast by default; a
 task's bias, residual and GELU when kb_tvm/search/hopper_match.py reads them off its TIR). A batch
 of GEMMs (`gemm(batch=)`: attention's heads) is one launch over all of their tiles. With two
-consumers, `setmaxnreg` moves registers from the producer to them (CUTLASS's 40 / 232). In a
-cluster of two blocks (`cluster_m=2`: neighbouring block rows, one block column), each block
-loads half of B's tile and TMA multicasts it into both. Not yet: a staged (TMA-store) epilogue.
+consumers, `setmaxnreg` moves registers from the producer to them (CUTLASS's 40 / 232), and
+`pingpong` has them take whole tiles in turns (CUTLASS's ping-pong kernel, beside the cooperative
+one where they split BM). In a cluster of two blocks (`cluster_m=2`: neighbouring block rows, one
+block column), each block loads half of B's tile and TMA multicasts it into both. Not yet: a
+staged (TMA-store) epilogue.
 kb_tvm/search/hopper_variants.py searches the variants (`python -m kb_tvm.bench_hopper
 --search`); `kb-tvm tune --precision fp16|bf16` on an sm_90 GPU uses them for the model's matmul
 tasks (kb_tvm/model_tuning/hopper_stage.py), and `kb-tvm tune-op` as a region of the task beside
@@ -31,7 +33,10 @@ A persistent block's ring runs on from one output tile to the next, so the produ
 tile's first K-tiles while the consumers store the last one. In a cluster, a stage's `empty`
 mbarrier waits for the consumer warps of both blocks (one lane of each arrives on its own block's
 and on its peer's), since either producer's multicast writes into both blocks' stage; the blocks
-sync as a cluster after the barriers are set up and before they leave.
+sync as a cluster after the barriers are set up and before they leave. In ping-pong, a stage is
+released by the one warpgroup whose tile it holds, and a warpgroup starts a tile's wgmmas when the
+other's for the tile before are done (two more mbarriers, the turns), so that its epilogue runs
+under the other's wgmmas.
 The epilogue stores the accumulator fragments straight to global memory, each through `epilogue`,
 a thread's two neighbouring outputs in one store (`paired_stores`).
 """
@@ -93,6 +98,11 @@ class GemmTile:
     # group_m's order already keeps B in L2, and a stage waits for the slower of two blocks. The
     # variant search leaves it off
     cluster_m: int = 1
+    # the two consumer warpgroups take turns (CUTLASS's ping-pong): each computes whole BM x BN
+    # tiles, a persistent block's even and odd ones, and the wgmmas of one tile start when the
+    # other warpgroup's are done, so one warpgroup's epilogue runs while the other's wgmmas keep
+    # the tensor cores busy (the cooperative kernel stops them for every tile's stores)
+    pingpong: bool = False
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -109,7 +119,7 @@ class GemmTile:
 
     @property
     def rows_per_consumer(self) -> int:
-        return self.bm // self.consumers
+        return self.bm if self.pingpong else self.bm // self.consumers
 
     @property
     def stage_bytes(self) -> int:
@@ -118,7 +128,8 @@ class GemmTile:
 
     @property
     def shared_bytes(self) -> int:
-        return self.stages * (self.stage_bytes + 16)  # tiles and two mbarriers a stage
+        # tiles and two mbarriers a stage; with ping-pong, the warpgroups' two turn mbarriers
+        return self.stages * (self.stage_bytes + 16) + (16 if self.pingpong else 0)
 
     @property
     def accumulators(self) -> int:
@@ -140,6 +151,7 @@ class GemmTile:
                 + (", persistent=True" if self.persistent else "")
                 + (", setmaxnreg=True" if self.setmaxnreg else "")
                 + (f", cluster_m={self.cluster_m}" if self.cluster_m != 1 else "")
+                + (", pingpong=True" if self.pingpong else "")
                 + ("" if self.paired_stores else ", paired_stores=False"))
 
     def problems(self) -> list[str]:
@@ -148,7 +160,9 @@ class GemmTile:
             out.append(f"dtype {self.dtype!r} is not one of {', '.join(INPUT_DTYPES)}")
         if self.consumers not in (1, 2):
             out.append(f"consumers={self.consumers}: 1 or 2 warpgroups")
-        elif self.bm % (WGMMA_M * self.consumers):
+        elif self.pingpong is True and self.bm % WGMMA_M:
+            out.append(f"bm={self.bm}: with pingpong, each warpgroup takes whole tiles of a multiple of 64 rows")
+        elif self.pingpong is not True and self.bm % (WGMMA_M * self.consumers):
             out.append(f"bm={self.bm}: each of the {self.consumers} warpgroups takes a multiple of 64 rows")
         if not (8 <= self.bn <= 256 and self.bn % 8 == 0):
             out.append(f"bn={self.bn}: wgmma's N is a multiple of 8 up to 256")
@@ -181,6 +195,11 @@ class GemmTile:
             if self.bn % (2 * half_b):
                 out.append(f"bn={self.bn} with cluster_m=2: B's tile is split in halves of multiples of {half_b} "
                            f"{'columns' if self.b_layout == 'kn' else 'rows'}")
+        if not isinstance(self.pingpong, bool):
+            out.append(f"pingpong={self.pingpong!r}: True or False")
+        elif self.pingpong and not (self.persistent is True and self.consumers == 2 and self.cluster_m == 1):
+            out.append("pingpong=True needs persistent=True, consumers=2 and cluster_m=1: two warpgroups of one "
+                       "block take its tiles in turns")
         if self.b_layout not in ("nk", "kn"):
             out.append(f"b_layout={self.b_layout!r}: 'nk' (B[N, K]) or 'kn' (B[K, N])")
         elif self.b_layout == "kn" and self.bn % 64:
@@ -272,12 +291,19 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
     # who releases a stage: every consumer thread; in a cluster, one lane a consumer warp (after
     # its wgmmas finished), on its own block's barrier and on its peer's
     releases = consumer_threads if cluster == 1 else consumer_threads // 32 * cluster
+    pingpong = tile.pingpong
+    if pingpong:  # a stage belongs to one warpgroup's tile
+        releases = WARPGROUP_THREADS
 
     stored = "float32" if splits > 1 else out_dtype
     pair_name, pair_source = _PAIR_STORES[stored]
     if epilogue is None:
         def epilogue(acc, row, col):
             return T.Cast(out_dtype, acc)
+
+    def first_row_of(wg):
+        """Where a consumer warpgroup's rows start in the block's tile (with ping-pong it has all of them)."""
+        return 0 if pingpong else wg * rows
 
     def accumulators(acc, sub):
         return [acc[sub * half + i] for i in range(half)]
@@ -349,7 +375,7 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
         for sub in T.unroll(subtiles):
             for kk in T.unroll(bk // WGMMA_K):
                 T.cuda.wgmma.encode_matrix_descriptor(
-                    T.address_of(desc_a[0]), A_s.ptr_to([stage, wg * rows + sub * 64, kk * 16]), 1, 64, 3)
+                    T.address_of(desc_a[0]), A_s.ptr_to([stage, first_row_of(wg) + sub * 64, kk * 16]), 1, 64, 3)
                 if b_kn:
                     T.cuda.wgmma.encode_matrix_descriptor(
                         T.address_of(desc_b[0]), B_s.ptr_to([stage, kk * 16, 0]), b_lbo, b_sbo, 3)
@@ -389,7 +415,7 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
         warp: T.let = lane // 32
         for sub in T.unroll(subtiles):
             for i in T.unroll(half // 4):
-                row: T.let = block_m * bm + wg * rows + sub * 64 + warp * 16 + lane % 32 // 4  # in its batch
+                row: T.let = block_m * bm + first_row_of(wg) + sub * 64 + warp * 16 + lane % 32 // 4  # in its batch
                 col: T.let = block_n * bn + i * 8 + lane % 4 * 2
                 if ragged:
                     if col < n:
@@ -422,7 +448,9 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
         A_s = T.alloc_buffer((stages, bm, bk), dtype, scope="shared", layout=a_layout, align=1024)
         B_s = T.alloc_buffer((stages, *b_tile), dtype, scope="shared", layout=b_layout, align=1024)
         full = T.alloc_shared([stages], "uint64")
-        empty = T.alloc_shared([stages], "uint64")  # used with a producer only
+        # used with a producer only; with ping-pong, two more: the warpgroups' turns (empty[stages + wg]
+        # completes when the other warpgroup's wgmmas for the tile before are done)
+        empty = T.alloc_shared([stages + 2 if pingpong else stages], "uint64")
         acc = T.alloc_local([subtiles * half], "float32")
         desc_a = T.alloc_local([1], "uint64")
         desc_b = T.alloc_local([1], "uint64")
@@ -431,6 +459,9 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
             for s in T.unroll(stages):
                 T.ptx.mbarrier.init.shared.b64(full.ptr_to([s]), T.uint32(1))
                 T.ptx.mbarrier.init.shared.b64(empty.ptr_to([s]), T.uint32(releases))
+            if pingpong:
+                for w in T.unroll(2):
+                    T.ptx.mbarrier.init.shared.b64(empty.ptr_to([stages + w]), T.uint32(WARPGROUP_THREADS))
         T.ptx.fence.proxy.async_.shared__cta()
         if cluster > 1:  # the peer's barriers are initialised before either block multicasts into them
             T.ptx.fence.mbarrier_init.release.cluster()
@@ -456,23 +487,40 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
             else:
                 if tile.setmaxnreg:
                     T.ptx["setmaxnreg.inc.sync.aligned.u32"](consumer_registers)
-                for i in T.serial(tiles_of(home)):
-                    t: T.let = home + i * clusters
-                    for j in T.serial(subtiles * half):
-                        acc[j] = T.float32(0)
-                    for kt in T.serial(k_tiles):
-                        multiply(A_s, B_s, full, acc, desc_a, desc_b, wg, i * k_tiles + kt)
-                        if cluster == 1:
+                if pingpong:
+                    # warpgroup wg computes the block's tiles wg, wg + 2, ...; the ring's K-tiles
+                    # come in tile order, so its wgmmas for tile i wait for the other's of tile
+                    # i - 1 (which also keeps every stage's mbarrier at most one phase ahead)
+                    for j in T.serial((tiles_of(home) + 1 - wg) // 2):
+                        i: T.let = wg + 2 * j
+                        t: T.let = home + i * clusters
+                        for x in T.serial(subtiles * half):
+                            acc[x] = T.float32(0)
+                        if i > 0:  # tile i - 1: the other warpgroup's (j - 1 + wg)-th, that phase
+                            T.cuda.mbarrier_wait(empty.ptr_to([stages + wg]), (j + wg + 1) % 2)
+                        for kt in T.serial(k_tiles):
+                            multiply(A_s, B_s, full, acc, desc_a, desc_b, wg, i * k_tiles + kt)
                             T.ptx.mbarrier.arrive.shared.b64(empty.ptr_to([(i * k_tiles + kt) % stages]))
-                        elif lane % 32 == 0:  # the peer's producer multicasts into this stage too
-                            T.ptx.mbarrier.arrive.shared.b64(empty.ptr_to([(i * k_tiles + kt) % stages]))
-                            peer_empty = T.alloc_local([1], "uint32")  # its empty[stage], in the cluster's window
-                            T.ptx.mapa.shared__cluster.u32(
-                                peer_empty[0],
-                                T.cuda.cvta_generic_to_shared(empty.ptr_to([(i * k_tiles + kt) % stages])),
-                                T.uint32(1 - rank))
-                            T.ptx.mbarrier.arrive.shared__cluster.b64(peer_empty[0])
-                    store(C, acc, block_m_of(t, rank), block_n_of(t), wg, lane, split_of(t), batch_of(t) * m)
+                        T.ptx.mbarrier.arrive.shared.b64(empty.ptr_to([stages + 1 - wg]))  # its turn
+                        store(C, acc, block_m_of(t, rank), block_n_of(t), wg, lane, split_of(t), batch_of(t) * m)
+                else:
+                    for i in T.serial(tiles_of(home)):
+                        t: T.let = home + i * clusters
+                        for j in T.serial(subtiles * half):
+                            acc[j] = T.float32(0)
+                        for kt in T.serial(k_tiles):
+                            multiply(A_s, B_s, full, acc, desc_a, desc_b, wg, i * k_tiles + kt)
+                            if cluster == 1:
+                                T.ptx.mbarrier.arrive.shared.b64(empty.ptr_to([(i * k_tiles + kt) % stages]))
+                            elif lane % 32 == 0:  # the peer's producer multicasts into this stage too
+                                T.ptx.mbarrier.arrive.shared.b64(empty.ptr_to([(i * k_tiles + kt) % stages]))
+                                peer_empty = T.alloc_local([1], "uint32")  # its empty[stage], in the cluster's window
+                                T.ptx.mapa.shared__cluster.u32(
+                                    peer_empty[0],
+                                    T.cuda.cvta_generic_to_shared(empty.ptr_to([(i * k_tiles + kt) % stages])),
+                                    T.uint32(1 - rank))
+                                T.ptx.mbarrier.arrive.shared__cluster.b64(peer_empty[0])
+                        store(C, acc, block_m_of(t, rank), block_n_of(t), wg, lane, split_of(t), batch_of(t) * m)
             if cluster > 1:  # no block leaves while its peer may still arrive on its barriers
                 # not .aligned: the producer warp's lanes come from different branches (lane 0 loaded)
                 T.ptx.barrier.cluster.arrive.release()

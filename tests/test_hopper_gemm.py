@@ -25,6 +25,9 @@ ADMITTED = [
     GemmTile(bm=128, bn=256, stages=4, consumers=2, setmaxnreg=True),
     GemmTile(bm=128, bn=256, stages=4, consumers=2, cluster_m=2),
     GemmTile(bm=128, bn=128, stages=4, b_layout="kn", cluster_m=2, persistent=True),
+    GemmTile(bm=128, bn=128, stages=4, consumers=2, persistent=True, pingpong=True),
+    GemmTile(bm=64, bn=256, stages=3, consumers=2, persistent=True, pingpong=True, setmaxnreg=True, b_layout="kn",
+             dtype="bfloat16"),
 ]
 
 
@@ -80,6 +83,13 @@ def test_ptxas_assembles_every_admitted_variant_for_sm90a_without_spills(tile, t
     ({"setmaxnreg": True}, "setmaxnreg=True needs producer=True and consumers=2"),
     ({"bm": 128, "consumers": 2, "producer": False, "setmaxnreg": True}, "setmaxnreg=True needs producer=True"),
     ({"setmaxnreg": 1}, "setmaxnreg=1: True or False"),
+    ({"pingpong": True}, "pingpong=True needs persistent=True, consumers=2 and cluster_m=1"),
+    ({"pingpong": True, "persistent": True, "consumers": 2, "cluster_m": 2}, "pingpong=True needs persistent=True"),
+    ({"pingpong": 1}, "pingpong=1: True or False"),
+    ({"pingpong": True, "persistent": True, "consumers": 2, "bm": 96},
+     "bm=96: with pingpong, each warpgroup takes whole tiles of a multiple of 64 rows"),
+    # a warpgroup holds the whole 128x256 tile
+    ({"pingpong": True, "persistent": True, "consumers": 2, "bn": 256}, "256 fp32 accumulators a thread"),
     ({"cluster_m": 4}, "cluster_m=4: 1 or 2 blocks"),
     ({"cluster_m": 2, "producer": False}, "cluster_m=2 needs producer=True and k_splits=1"),
     ({"cluster_m": 2, "k_splits": 2}, "cluster_m=2 needs producer=True and k_splits=1"),
@@ -216,6 +226,26 @@ def test_a_cluster_of_two_blocks_multicasts_each_half_of_b_and_both_release_ever
     walking = compile_gemm(4096, 4096, 512, GemmTile(bm=128, bn=256, consumers=2, cluster_m=2, persistent=True),
                            "float16").mod.imports[0].inspect_source()
     assert re.search(r"\(\(255 - \(\(int\)blockIdx.x >> 1\)\) / 66\)|/ 66\)", walking)
+
+
+def test_in_pingpong_the_two_warpgroups_take_whole_tiles_in_turns():
+    tile = GemmTile(bm=128, bn=128, stages=4, consumers=2, persistent=True, pingpong=True)
+    assert tile.accumulators == 128 and tile.threads == 384  # each warpgroup: all 128 rows
+    source = compile_gemm(4096, 4096, 512, tile, "float16").mod.imports[0].inspect_source()
+    cooperative = compile_gemm(4096, 4096, 512, GemmTile(bm=128, bn=128, stages=4, consumers=2, persistent=True),
+                               "float16").mod.imports[0].inspect_source()
+    # a stage is one warpgroup's: its empty barrier waits for 128 arrivals, not both warpgroups' 256
+    assert "empty_ptr[0]))), (uint)256)" in cooperative and "empty_ptr[0]))), (uint)128)" in source
+    # and two more barriers, the warpgroups' turns: 4 stages, then empty[4] and empty[5]
+    assert "empty_ptr[5]))), (uint)128)" in source and "empty_ptr[4]))" not in cooperative
+    # warpgroup wg's tiles are the block's wg-th, (wg + 2)-th, ...: 2 x 132 tiles apart
+    assert "(j * 264) + ((((int)threadIdx.x) >> 7) * 132)" in source
+    # before its wgmmas, it waits for its turn (its own barrier), and after them gives the other its turn
+    assert "mbarrier_wait((&(empty_ptr[((((int)threadIdx.x) >> 7) + 4)]))" in source
+    assert "empty_ptr[(5 - (((int)threadIdx.x) >> 7))]" in source
+    # rows: the cooperative warpgroups split the 128 (the second's A tile 64 rows on), ping-pong's do not
+    assert "threadIdx.x) >> 7) * 4096" in cooperative and "threadIdx.x) >> 7) * 4096" not in source
+    assert source.count("m64n128k16_f32_f16_f16") >= 8  # 2 sub-tiles x 4 K-steps a warpgroup
 
 
 @pytest.mark.parametrize(("out_dtype", "pair"), [("float16", "half2"), ("bfloat16", "nv_bfloat162"),

@@ -88,6 +88,7 @@ def test_what_it_cannot_compute_is_refused_with_the_reason(workload, why):
     (["--shape", "256x256x256", "--tile", "128x12x4x1"], "bn=12: wgmma's N is a multiple of 8 up to 256"),
     (["--shape", "256x256x256", "--tile", "128x128"], "'128x128': BMxBNxSTAGESxCONSUMERS"),
     (["--shape", "256x256x256", "--tile", "128x256x4x2x8x1x0x1x0x3"], "cluster_m=3: 1 or 2 blocks"),
+    (["--shape", "256x256x256", "--tile", "128x128x4x2x8x1x0x1x0x1x1"], "pingpong=True needs persistent=True"),
 ])
 def test_the_gpu_harness_refuses_a_workload_it_cannot_run_in_one_line_before_touching_a_gpu(args, why, tmp_path):
     from click.testing import CliRunner

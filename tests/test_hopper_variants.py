@@ -33,6 +33,8 @@ def test_every_variant_offered_is_admitted_and_fits_the_shape():
     pool = variants(4096, 4096, 4096)
     assert len(pool) > 20
     assert all(not t.problems() and not t.fits(4096, 4096, 4096) for t in pool)
+    # what never won on the H200 (setmaxnreg, clusters), or has not run there (ping-pong), is not offered
+    assert not any(t.setmaxnreg or t.cluster_m > 1 or t.pingpong for t in pool)
     assert {t.bm for t in variants(128, 768, 768)} == {64, 128}  # 256 rows: 128 of them padding
     # off the tile (a ViT's 197 tokens): every tile that pads less than a 64-row or -column strip
     ragged = variants(197, 264, 104)
