@@ -22,6 +22,9 @@ import click
 from .measure.pipeline import OUR_BUGS
 
 
+TILE_FORMAT = "BMxBNxSTAGESxCONSUMERS[xGROUP_M[xPRODUCER[xPERSISTENT[xPAIRED[xSETMAXNREG[xCLUSTER_M[xPINGPONG]]]]]]]"
+
+
 def _parse(text: str, parts: int, what: str) -> list[int]:
     try:
         values = [int(v) for v in text.lower().split("x")]
@@ -159,7 +162,7 @@ def problems(shapes, workload_names, dtype, b_layout, out_dtype) -> list:
 @click.option("--workload", "workload_names", multiple=True,
               help="A GEMM of the suite (e.g. gemm-4096-fp16): its shape, dtypes and layout; needs --search")
 @click.option("--tile", "tiles", multiple=True, default=("128x128x4x1",),
-              help="BMxBNxSTAGESxCONSUMERS[xGROUP_M[xPRODUCER[xPERSISTENT[xPAIRED[xSETMAXNREG[xCLUSTER_M[xPINGPONG]]]]]]]")
+              help=TILE_FORMAT)
 @click.option("--dtype", default="float16", type=click.Choice(["float16", "bfloat16"]))
 @click.option("--out-dtype", default="float16", type=click.Choice(["float32", "float16", "bfloat16"]))
 @click.option("--b-layout", default="nk", type=click.Choice(["nk", "kn"]), help="B as [N, K] or [K, N]")
@@ -182,7 +185,7 @@ def main(shapes, workload_names, tiles, dtype, out_dtype, b_layout, budget, out_
     for text in tiles:
         parts = len(text.split("x"))
         values = _parse(text, parts if 4 <= parts <= 11 else 4,
-                        "BMxBNxSTAGESxCONSUMERS[xGROUP_M[xPRODUCER[xPERSISTENT[xPAIRED[xSETMAXNREG[xCLUSTER_M[xPINGPONG]]]]]]]")
+                        TILE_FORMAT)
         given = dict(zip(("bm", "bn", "stages", "consumers", "group_m", "producer", "persistent", "paired_stores",
                           "setmaxnreg", "cluster_m", "pingpong"), values))
         for flag in ("producer", "persistent", "paired_stores", "setmaxnreg", "pingpong"):

@@ -133,7 +133,7 @@ class GemmTile:
 
     @property
     def accumulators(self) -> int:
-        """fp32 registers per thread: (BM / consumers / 64) sub-tiles of BN / 2 each."""
+        """fp32 registers per thread: (rows_per_consumer / 64) sub-tiles of BN / 2 each."""
         return self.rows_per_consumer // WGMMA_M * self.bn // 2
 
     @property
