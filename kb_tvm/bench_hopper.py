@@ -23,6 +23,9 @@ from .measure.pipeline import OUR_BUGS
 
 
 TILE_FORMAT = "BMxBNxSTAGESxCONSUMERS[xGROUP_M[xPRODUCER[xPERSISTENT[xPAIRED[xSETMAXNREG[xCLUSTER_M[xPINGPONG]]]]]]]"
+TILE_FIELDS = ("bm", "bn", "stages", "consumers", "group_m", "producer", "persistent", "paired_stores", "setmaxnreg",
+               "cluster_m", "pingpong")  # GemmTile's, in TILE_FORMAT's order
+TILE_FLAGS = ("producer", "persistent", "paired_stores", "setmaxnreg", "pingpong")  # 0 or 1 in the text
 
 
 def _parse(text: str, parts: int, what: str) -> list[int]:
@@ -184,11 +187,9 @@ def main(shapes, workload_names, tiles, dtype, out_dtype, b_layout, budget, out_
     variants = []
     for text in tiles:
         parts = len(text.split("x"))
-        values = _parse(text, parts if 4 <= parts <= 11 else 4,
-                        TILE_FORMAT)
-        given = dict(zip(("bm", "bn", "stages", "consumers", "group_m", "producer", "persistent", "paired_stores",
-                          "setmaxnreg", "cluster_m", "pingpong"), values))
-        for flag in ("producer", "persistent", "paired_stores", "setmaxnreg", "pingpong"):
+        values = _parse(text, parts if 4 <= parts <= len(TILE_FIELDS) else 4, TILE_FORMAT)
+        given = dict(zip(TILE_FIELDS, values))
+        for flag in TILE_FLAGS:
             if flag in given:
                 given[flag] = bool(given[flag])
         try:

@@ -288,12 +288,11 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
     producer = tile.producer
     consumer_threads = WARPGROUP_THREADS * tile.consumers
     consumer_registers = tile.consumer_registers
-    # who releases a stage: every consumer thread; in a cluster, one lane a consumer warp (after
-    # its wgmmas finished), on its own block's barrier and on its peer's
-    releases = consumer_threads if cluster == 1 else consumer_threads // 32 * cluster
     pingpong = tile.pingpong
-    if pingpong:  # a stage belongs to one warpgroup's tile
-        releases = WARPGROUP_THREADS
+    # who releases a stage: every consumer thread; in ping-pong, the one warpgroup whose tile it
+    # holds; in a cluster, one lane a consumer warp (after its wgmmas finished), on its own
+    # block's barrier and on its peer's
+    releases = WARPGROUP_THREADS if pingpong else consumer_threads if cluster == 1 else consumer_threads // 32 * cluster
 
     stored = "float32" if splits > 1 else out_dtype
     pair_name, pair_source = _PAIR_STORES[stored]
@@ -487,40 +486,33 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
             else:
                 if tile.setmaxnreg:
                     T.ptx["setmaxnreg.inc.sync.aligned.u32"](consumer_registers)
-                if pingpong:
-                    # warpgroup wg computes the block's tiles wg, wg + 2, ...; the ring's K-tiles
-                    # come in tile order, so its wgmmas for tile i wait for the other's of tile
-                    # i - 1 (which also keeps every stage's mbarrier at most one phase ahead)
-                    for j in T.serial((tiles_of(home) + 1 - wg) // 2):
-                        i: T.let = wg + 2 * j
-                        t: T.let = home + i * clusters
-                        for x in T.serial(subtiles * half):
-                            acc[x] = T.float32(0)
-                        if i > 0:  # tile i - 1: the other warpgroup's (j - 1 + wg)-th, that phase
-                            T.cuda.mbarrier_wait(empty.ptr_to([stages + wg]), (j + wg + 1) % 2)
-                        for kt in T.serial(k_tiles):
-                            multiply(A_s, B_s, full, acc, desc_a, desc_b, wg, i * k_tiles + kt)
-                            T.ptx.mbarrier.arrive.shared.b64(empty.ptr_to([(i * k_tiles + kt) % stages]))
-                        T.ptx.mbarrier.arrive.shared.b64(empty.ptr_to([stages + 1 - wg]))  # its turn
-                        store(C, acc, block_m_of(t, rank), block_n_of(t), wg, lane, split_of(t), batch_of(t) * m)
-                else:
-                    for i in T.serial(tiles_of(home)):
-                        t: T.let = home + i * clusters
-                        for j in T.serial(subtiles * half):
-                            acc[j] = T.float32(0)
-                        for kt in T.serial(k_tiles):
-                            multiply(A_s, B_s, full, acc, desc_a, desc_b, wg, i * k_tiles + kt)
-                            if cluster == 1:
-                                T.ptx.mbarrier.arrive.shared.b64(empty.ptr_to([(i * k_tiles + kt) % stages]))
-                            elif lane % 32 == 0:  # the peer's producer multicasts into this stage too
-                                T.ptx.mbarrier.arrive.shared.b64(empty.ptr_to([(i * k_tiles + kt) % stages]))
-                                peer_empty = T.alloc_local([1], "uint32")  # its empty[stage], in the cluster's window
-                                T.ptx.mapa.shared__cluster.u32(
-                                    peer_empty[0],
-                                    T.cuda.cvta_generic_to_shared(empty.ptr_to([(i * k_tiles + kt) % stages])),
-                                    T.uint32(1 - rank))
-                                T.ptx.mbarrier.arrive.shared__cluster.b64(peer_empty[0])
-                        store(C, acc, block_m_of(t, rank), block_n_of(t), wg, lane, split_of(t), batch_of(t) * m)
+                # cooperative: both warpgroups compute each of the block's tiles; ping-pong: warpgroup
+                # wg computes the tiles wg, wg + 2, ..., and as the ring's K-tiles come in tile order,
+                # its wgmmas for tile `at` wait for the other's of tile at - 1 (which also keeps every
+                # stage's mbarrier at most one phase ahead)
+                for i in T.serial((tiles_of(home) + 1 - wg) // 2 if pingpong else tiles_of(home)):
+                    at = T.meta_var(wg + 2 * i if pingpong else i)  # the tile's place in the block's order
+                    t: T.let = home + at * clusters
+                    for j in T.serial(subtiles * half):
+                        acc[j] = T.float32(0)
+                    if pingpong:
+                        if at > 0:  # tile at - 1: the other warpgroup's (i - 1 + wg)-th, that phase
+                            T.cuda.mbarrier_wait(empty.ptr_to([stages + wg]), (i + wg + 1) % 2)
+                    for kt in T.serial(k_tiles):
+                        multiply(A_s, B_s, full, acc, desc_a, desc_b, wg, at * k_tiles + kt)
+                        if cluster == 1:
+                            T.ptx.mbarrier.arrive.shared.b64(empty.ptr_to([(at * k_tiles + kt) % stages]))
+                        elif lane % 32 == 0:  # the peer's producer multicasts into this stage too
+                            T.ptx.mbarrier.arrive.shared.b64(empty.ptr_to([(at * k_tiles + kt) % stages]))
+                            peer_empty = T.alloc_local([1], "uint32")  # its empty[stage], in the cluster's window
+                            T.ptx.mapa.shared__cluster.u32(
+                                peer_empty[0],
+                                T.cuda.cvta_generic_to_shared(empty.ptr_to([(at * k_tiles + kt) % stages])),
+                                T.uint32(1 - rank))
+                            T.ptx.mbarrier.arrive.shared__cluster.b64(peer_empty[0])
+                    if pingpong:
+                        T.ptx.mbarrier.arrive.shared.b64(empty.ptr_to([stages + 1 - wg]))  # the other's turn
+                    store(C, acc, block_m_of(t, rank), block_n_of(t), wg, lane, split_of(t), batch_of(t) * m)
             if cluster > 1:  # no block leaves while its peer may still arrive on its barriers
                 # not .aligned: the producer warp's lanes come from different branches (lane 0 loaded)
                 T.ptx.barrier.cluster.arrive.release()

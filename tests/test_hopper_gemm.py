@@ -239,7 +239,7 @@ def test_in_pingpong_the_two_warpgroups_take_whole_tiles_in_turns():
     # and two more barriers, the warpgroups' turns: 4 stages, then empty[4] and empty[5]
     assert "empty_ptr[5]))), (uint)128)" in source and "empty_ptr[4]))" not in cooperative
     # warpgroup wg's tiles are the block's wg-th, (wg + 2)-th, ...: 2 x 132 tiles apart
-    assert "(j * 264) + ((((int)threadIdx.x) >> 7) * 132)" in source
+    assert "(i_1 * 264) + ((((int)threadIdx.x) >> 7) * 132)" in source
     # before its wgmmas, it waits for its turn (its own barrier), and after them gives the other its turn
     assert "mbarrier_wait((&(empty_ptr[((((int)threadIdx.x) >> 7) + 4)]))" in source
     assert "empty_ptr[(5 - (((int)threadIdx.x) >> 7))]" in source
