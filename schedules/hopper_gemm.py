@@ -101,7 +101,10 @@ class GemmTile:
     # the two consumer warpgroups take turns (CUTLASS's ping-pong): each computes whole BM x BN
     # tiles, a persistent block's even and odd ones, and the wgmmas of one tile start when the
     # other warpgroup's are done, so one warpgroup's epilogue runs while the other's wgmmas keep
-    # the tensor cores busy (the cooperative kernel stops them for every tile's stores)
+    # the tensor cores busy (the cooperative kernel stops them for every tile's stores). On the H200
+    # all 48 kernels tried computed right and none hung; it won 12% on 4096x3072x768, tied on two
+    # other shapes with K = 768 and lost 17% on the three shapes with K >= 3072 (bench-results/h200-issue12/s11),
+    # so the variant search offers it beside the cooperative tiles and measures which wins
     pingpong: bool = False
 
     def __post_init__(self) -> None:

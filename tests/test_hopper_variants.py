@@ -33,8 +33,8 @@ def test_every_variant_offered_is_admitted_and_fits_the_shape():
     pool = variants(4096, 4096, 4096)
     assert len(pool) > 20
     assert all(not t.problems() and not t.fits(4096, 4096, 4096) for t in pool)
-    # what never won on the H200 (setmaxnreg, clusters), or has not run there (ping-pong), is not offered
-    assert not any(t.setmaxnreg or t.cluster_m > 1 or t.pingpong for t in pool)
+    # what never won on the H200 (setmaxnreg, clusters) is not offered
+    assert not any(t.setmaxnreg or t.cluster_m > 1 for t in pool)
     assert {t.bm for t in variants(128, 768, 768)} == {64, 128}  # 256 rows: 128 of them padding
     # off the tile (a ViT's 197 tokens): every tile that pads less than a 64-row or -column strip
     ragged = variants(197, 264, 104)
@@ -136,10 +136,29 @@ def test_persistent_blocks_are_offered_for_tilings_over_a_wave_with_a_producer()
     persistent = [t for t in big if t.persistent]
     assert persistent and all(t.producer and (4096 // t.bm) * (4096 // t.bn) > SMS for t in persistent)
     # each is the non-persistent variant's twin, ranked by the model as a little faster
-    for tile in persistent:
+    for tile in (t for t in persistent if not t.pingpong):
         twin = next(t for t in big if not t.persistent and t.describe() + ", persistent=True" == tile.describe())
         assert predicted_seconds(tile, 4096, 4096, 4096) < predicted_seconds(twin, 4096, 4096, 4096)
     assert not any(t.persistent for t in variants(128, 768, 768))  # under a wave: no tile to walk on to
+
+
+def test_ping_pong_is_offered_beside_each_persistent_single_warpgroup_tile_as_families_of_its_own():
+    big = variants(4096, 3072, 768)  # 4096x3072x768: where ping-pong won 12% on the H200
+    pingpong = {(t.bm, t.bn, t.stages) for t in big if t.pingpong}
+    single = {(t.bm, t.bn, t.stages) for t in big if t.persistent and t.consumers == 1}
+    assert pingpong and pingpong == single
+    assert all(t.persistent and t.producer and t.consumers == 2 for t in big if t.pingpong)
+    assert not any(t.pingpong for t in variants(128, 768, 768))  # under a wave: nothing to take turns on
+    # its own family, one per warpgroup's rows: what a cooperative tile or a 64-row ping-pong
+    # tile measured does not correct a 128-row one's prediction
+    wide = GemmTile(bm=128, bn=128, stages=4, consumers=2, producer=True, persistent=True, pingpong=True)
+    narrow = GemmTile(bm=64, bn=128, stages=4, consumers=2, producer=True, persistent=True, pingpong=True)
+    cooperative = GemmTile(bm=128, bn=128, stages=4, consumers=2, producer=True, persistent=True)
+    assert len({family(wide), family(narrow), family(cooperative)}) == 3
+    search = VariantSearch(4096, 3072, 768)
+    search.tell(cooperative, 44e-6)
+    search.tell(narrow, 52e-6)
+    assert search.spread(wide) == max(search.spread(t) for t in search.pool)  # a family not measured yet
 
 
 def test_a_batch_counts_as_that_many_times_the_tiles():

@@ -39,6 +39,9 @@ STAGE_GAIN = 0.02
 # depth of a measured tile; a tile of a family measured before; a tile of a family not measured
 SPREAD_DEPTH, SPREAD_FAMILY, SPREAD_NEW = 0.04, 0.15, 0.35
 HBM_BYTES_PER_S = 4.0e12  # what a split-K sum reads and writes moves at about this rate
+# ping-pong's best tile against the best persistent cooperative one was a median 9% slower over
+# six shapes on the H200 (12% faster on 4096x3072x768, 17% slower on three; bench-results/h200-issue12/s11)
+PINGPONG_EFFICIENCY = 0.92
 
 
 def variants(m: int, n: int, k: int, dtype: str = "float16", b_layout: str = "nk", batch: int = 1,
@@ -47,9 +50,11 @@ def variants(m: int, n: int, k: int, dtype: str = "float16", b_layout: str = "nk
     persistent ones (with a producer) for tilings of more than a wave of blocks, split-K ones for
     tilings of less than a wave, with at least two K-tiles a split. Off the shape, tiles that would
     compute whole 64-row or 64-column strips of padding are left out. `batch` GEMMs of the shape
-    (gemm's batch, b_batched) count as that many times the tiles. setmaxnreg and clusters are
-    left out: on the H200 neither won on any tile or shape tried (GemmTile's fields say why).
-    Ping-pong is left out until it has run on a GPU: a kernel that deadlocked would hang the tune."""
+    (gemm's batch, b_batched) count as that many times the tiles. Ping-pong (two warpgroups taking
+    whole tiles in turns) is offered beside each persistent single-warpgroup tile: on the H200 it
+    won 12% on 4096x3072x768 and lost up to 17% elsewhere, so it is measured, not assumed.
+    setmaxnreg and clusters are left out: on the H200 neither won on any tile or shape tried
+    (GemmTile's fields say why)."""
     out = []
     for bm, bn, stages, consumers, producer in itertools.product(BM_CHOICES, BN_CHOICES, STAGE_CHOICES, (1, 2),
                                                                  (True, False)):
@@ -65,6 +70,12 @@ def variants(m: int, n: int, k: int, dtype: str = "float16", b_layout: str = "nk
         if producer and tiles > SMS:  # more than a wave: a block per SM walks the tiles
             out.append(GemmTile(bm=bm, bn=bn, stages=stages, consumers=consumers, producer=True,
                                 b_layout=b_layout, dtype=dtype, persistent=True))
+            if consumers == 1:  # the same tile a warpgroup, two warpgroups in turns
+                try:
+                    out.append(GemmTile(bm=bm, bn=bn, stages=stages, consumers=2, producer=True,
+                                        b_layout=b_layout, dtype=dtype, persistent=True, pingpong=True))
+                except ValueError:  # two warpgroups' registers or the turn barriers' shared memory
+                    pass
         if tiles < SMS:
             out.extend(GemmTile(bm=bm, bn=bn, stages=stages, consumers=consumers, producer=producer,
                                 b_layout=b_layout, dtype=dtype, k_splits=splits) for splits in K_SPLIT_CHOICES
@@ -78,7 +89,10 @@ def wasted(tile: GemmTile, m: int, n: int) -> bool:
 
 
 def family(tile: GemmTile) -> tuple:
-    return (tile.consumers, tile.producer, tile.bn, tile.k_splits > 1, tile.persistent)
+    key = (tile.consumers, tile.producer, tile.bn, tile.k_splits > 1, tile.persistent)
+    # a ping-pong warpgroup issues its tile's wgmmas alone, and its rows set how well it keeps the
+    # tensor cores busy: 64-row tiles ran up to 40% behind 128-row ones of the same BN on the H200
+    return key + ("pingpong", tile.bm) if tile.pingpong else key
 
 
 def without_stages(tile: GemmTile) -> tuple:
@@ -97,6 +111,8 @@ def predicted_seconds(tile: GemmTile, m: int, n: int, k: int, batch: int = 1) ->
     block_flops = 2.0 * tile.bm * tile.bn * k / splits
     if tile.persistent:  # one block an SM: the next tile's loads overlap this one's epilogue (a prior, ~5%)
         waves, per_sm, efficiency = math.ceil(blocks / SMS), 1, efficiency / 0.95
+    if tile.pingpong:
+        efficiency *= PINGPONG_EFFICIENCY
     seconds = waves * per_sm * block_flops / (PEAK_FLOPS / SMS) / efficiency + 2e-6  # + a launch
     if splits > 1:  # the partial sums written, read back and summed by a second launch
         seconds += 2e-6 + 2 * splits * batch * m * n * 4 / HBM_BYTES_PER_S

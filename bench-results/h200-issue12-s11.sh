@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Issue 12, prepared for the next H200 session (not run yet). First ping-pong (GemmTile(pingpong=True):
-# two consumer warpgroups taking whole tiles in turns) against the cooperative persistent tiles, on
-# shapes of more than a wave of tiles; bench_hopper checks every variant against torch before timing
-# it, and a ping-pong kernel that deadlocked would hang the process, so each shape runs under a
-# timeout of its own. Then the shapes table's six cells without a stock MetaSchedule number, kb's
-# 10-s search on them first (side by side), stock at 75 s a cell, smallest first. About 18 minutes.
-#   setsid nohup bash bench-results/h200-issue12-next.sh > /root/next.log 2>&1 < /dev/null &
+# Issue 12, the eleventh session's first lease (ran 2026-12-03; results in h200-issue12/s11/).
+# First ping-pong (GemmTile(pingpong=True): two consumer warpgroups taking whole tiles in turns)
+# against the cooperative persistent tiles, on shapes of more than a wave of tiles; bench_hopper
+# checks every variant against torch before timing it, and a ping-pong kernel that deadlocked
+# would hang the process, so each shape runs under a timeout of its own. Then the shapes table's
+# six cells without a stock MetaSchedule number, kb's 10-s search on them first (side by side),
+# stock at 75 s a cell, smallest first. About 18 minutes; the lease ended during the last stock
+# cell (4096x4096x11008), which -s11b.sh ran.
+#   setsid nohup bash bench-results/h200-issue12-s11.sh > /root/next.log 2>&1 < /dev/null &
 set -u
 res=/root/next
 mkdir -p $res && rm -rf /root/kbrepo && cp -r "$PWD" /root/kbrepo && cd /root/kbrepo
