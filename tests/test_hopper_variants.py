@@ -149,8 +149,8 @@ def test_ping_pong_is_offered_beside_each_persistent_single_warpgroup_tile_as_fa
     assert pingpong and pingpong == single
     assert all(t.persistent and t.producer and t.consumers == 2 for t in big if t.pingpong)
     assert not any(t.pingpong for t in variants(128, 768, 768))  # under a wave: nothing to take turns on
-    # its own family, one per warpgroup's rows: what a cooperative tile or a 64-row ping-pong
-    # tile measured does not correct a 128-row one's prediction
+    # families of its own, one per warpgroup's rows: after a cooperative tile and a 64-row
+    # ping-pong tile of BN 128 are measured, a 128-row one is still as uncertain as a new family
     wide = GemmTile(bm=128, bn=128, stages=4, consumers=2, producer=True, persistent=True, pingpong=True)
     narrow = GemmTile(bm=64, bn=128, stages=4, consumers=2, producer=True, persistent=True, pingpong=True)
     cooperative = GemmTile(bm=128, bn=128, stages=4, consumers=2, producer=True, persistent=True)
