@@ -70,12 +70,9 @@ def variants(m: int, n: int, k: int, dtype: str = "float16", b_layout: str = "nk
         if producer and tiles > SMS:  # more than a wave: a block per SM walks the tiles
             out.append(GemmTile(bm=bm, bn=bn, stages=stages, consumers=consumers, producer=True,
                                 b_layout=b_layout, dtype=dtype, persistent=True))
-            if consumers == 1:  # the same tile a warpgroup, two warpgroups in turns
-                try:
-                    out.append(GemmTile(bm=bm, bn=bn, stages=stages, consumers=2, producer=True,
-                                        b_layout=b_layout, dtype=dtype, persistent=True, pingpong=True))
-                except ValueError:  # two warpgroups' registers or the turn barriers' shared memory
-                    pass
+            if consumers == 1:  # the same tile a warpgroup, two warpgroups in turns (admitted alike)
+                out.append(GemmTile(bm=bm, bn=bn, stages=stages, consumers=2, producer=True,
+                                    b_layout=b_layout, dtype=dtype, persistent=True, pingpong=True))
         if tiles < SMS:
             out.extend(GemmTile(bm=bm, bn=bn, stages=stages, consumers=consumers, producer=producer,
                                 b_layout=b_layout, dtype=dtype, k_splits=splits) for splits in K_SPLIT_CHOICES
@@ -92,7 +89,7 @@ def family(tile: GemmTile) -> tuple:
     key = (tile.consumers, tile.producer, tile.bn, tile.k_splits > 1, tile.persistent)
     # a ping-pong warpgroup issues its tile's wgmmas alone, and its rows set how well it keeps the
     # tensor cores busy: 64-row tiles ran up to 40% behind 128-row ones of the same BN on the H200
-    return key + ("pingpong", tile.bm) if tile.pingpong else key
+    return key + ("pingpong", tile.rows_per_consumer) if tile.pingpong else key
 
 
 def without_stages(tile: GemmTile) -> tuple:
