@@ -18,3 +18,11 @@ def isolated_home(tmp_path_factory):
         patch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
         patch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
         yield home
+
+
+@pytest.fixture(autouse=True)
+def outside_the_checkout(tmp_path, monkeypatch):
+    """Every test runs from a folder of its own, as a user runs kb-tvm: what a test or its
+    subprocesses import is the installed package (not the checkout on `python -m`/`-c`'s path),
+    and a default work dir never lands in the checkout."""
+    monkeypatch.chdir(tmp_path)
