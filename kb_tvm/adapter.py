@@ -134,12 +134,12 @@ class KBSearch(PySearchStrategy):
                  log_dir: str | None = None, on_event: Callable[[dict], None] | None = None,
                  experience: Experience | None = None, agent=None,
                  outside_best: dict[str, float] | None = None, **options) -> None:
-        from .agent import MacroPolicy
-
         _check("experience", experience, experience is None or isinstance(experience, Experience),
                "must be a kb_tvm.Experience or None")
-        _check("agent", agent, agent is None or isinstance(agent, MacroPolicy),
-               "must be a kb_tvm.agent.MacroPolicy or None")
+        if agent is not None:  # the agent is optional: without one, nothing of it is imported
+            from .agent import MacroPolicy
+
+            _check("agent", agent, isinstance(agent, MacroPolicy), "must be a kb_tvm.agent.MacroPolicy or None")
         _check("outside_best", outside_best, outside_best is None or (isinstance(outside_best, dict) and all(
             isinstance(v, (int, float)) and v > 0 for v in outside_best.values())),
                "must map task names to seconds > 0, or be None")

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from .budget import format_seconds, parse_budget
+from .tuning import KB_STRATEGIES
 
 
 def _fail(message: str) -> None:
@@ -43,7 +44,7 @@ def _experience(experience_dir, no_experience: bool, strategy: str):
 
     if no_experience and experience_dir:
         _fail("--experience and --no-experience contradict each other: give one")
-    if no_experience or strategy not in ("kb", "agent"):
+    if no_experience or strategy not in KB_STRATEGIES:
         return None
     return Experience(experience_dir)
 
@@ -126,7 +127,7 @@ def _show_model_event(record: dict) -> None:
 def _check_repeatable(repeatable: bool, seed, strategy: str) -> None:
     if repeatable and seed is None:
         _fail("--repeatable needs --seed N")
-    if repeatable and strategy not in ("kb", "agent"):
+    if repeatable and strategy not in KB_STRATEGIES:
         _fail("--repeatable applies to --strategy kb or agent (stock MetaSchedule draws samples on several threads)")
 
 
@@ -241,7 +242,7 @@ def tune_op(name, budget, target, work_dir, strategy, pipeline, trials_per_batch
                    + ("the best (in hopper.jsonl; MetaSchedule's database holds MetaSchedule's best)"
                       if result.template["beats_metaschedule"] else "slower than MetaSchedule's best"))
     click.echo(f"records: {work_dir}/database_tuning_record.json"
-               + (f"  decision log: {work_dir}/kb_logs/" if strategy in ("kb", "agent") else ""))
+               + (f"  decision log: {work_dir}/kb_logs/" if strategy in KB_STRATEGIES else ""))
     if json_out:
         Path(json_out).write_text(json.dumps(result.to_json(), indent=1))
 
@@ -292,8 +293,9 @@ def _writable_dir(work_dir: Path) -> None:
 @click.option("--trials-per-batch", type=click.IntRange(1), default=None,
               help="Candidates per measurement batch. Default: 64 on cuda, 16 on llvm.")
 @_seed_options
-@click.option("--strategy", type=click.Choice(["kb", "evolutionary"]), default="kb", show_default=True,
-              help="kb (KBTaskScheduler + KBSearch) or stock MetaSchedule, for a side-by-side run.")
+@click.option("--strategy", type=click.Choice(["kb", "agent", "evolutionary"]), default="kb", show_default=True,
+              help="kb (KBTaskScheduler + KBSearch), agent (the same, KBSearch steered by the trained agent) or "
+              "stock MetaSchedule, for a side-by-side run.")
 @_pipeline_option
 @click.option("--resume", is_flag=True, help="Continue an interrupted run in --work-dir: its records stay, "
               "its seconds count, finished tasks get no more.")
@@ -349,7 +351,7 @@ def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, 
     except ModelError as err:
         _fail(str(err))
     except Exception as err:  # noqa: BLE001 - the tracker going away surfaces through MetaSchedule
-        _measuring_lost(err, runner, work_dir, resumable=strategy == "kb")
+        _measuring_lost(err, runner, work_dir, resumable=strategy in KB_STRATEGIES)
         raise
     finally:
         _close(runner)

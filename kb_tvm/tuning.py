@@ -22,6 +22,31 @@ from .measure.targets import available_cpus, physical_cores, tensor_intrinsics
 # datasets record it beside the two searches, so a dataset is not only what they liked);
 # "agent": kb steered by the trained agent shipped in kb_tvm/models/agent.json
 STRATEGIES = ("kb", "agent", "evolutionary", "random")
+KB_STRATEGIES = ("kb", "agent")  # KBSearch (and, for a model, KBTaskScheduler) runs them
+
+
+def check_strategy(strategy: str) -> None:
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
+
+
+def make_search(strategy: str, budget: TuningBudget, **kb_arguments):
+    """(SearchStrategy, MetaSchedule cost model) that `strategy` names; kb_arguments go to KBSearch
+    (they are not stock search's to take)."""
+    from .adapter import KBSearch, TimeCappedSearch
+
+    check_strategy(strategy)
+    if strategy in KB_STRATEGIES:
+        agent = None
+        if strategy == "agent":
+            from .agent import MacroPolicy
+
+            agent = MacroPolicy.load()
+        # KBSearch trains its own model; "random" skips training the stock one
+        return KBSearch(budget=budget, agent=agent, **kb_arguments), "random"
+    if strategy == "random":
+        return TimeCappedSearch(budget=budget, inner="replay-trace"), "random"
+    return TimeCappedSearch(budget=budget), "xgb"
 
 
 @dataclass
@@ -142,23 +167,10 @@ def tune_operator(
     (`template_region`); `final_ms` is then the faster of it and MetaSchedule's best."""
     from tvm.s_tir import meta_schedule as ms
 
-    from .adapter import (
-        CandidateRecorder,
-        KBSearch,
-        ProgressRecorder,
-        RecordDatabase,
-        TimeCappedSearch,
-    )
+    from .adapter import CandidateRecorder, ProgressRecorder, RecordDatabase
 
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
     tuning_budget = TuningBudget(budget)
     work_dir = Path(work_dir)
-    work_dir.mkdir(parents=True, exist_ok=True)
-    is_cuda = target.kind.name == "cuda"
-    cores = physical_cores()
-    if trials_per_batch is None:
-        trials_per_batch = 64 if is_cuda else 16
     stop_reasons: list[str] = []
 
     def event(record: dict) -> None:
@@ -167,19 +179,14 @@ def tune_operator(
         if on_event is not None:
             on_event(record)
 
-    if strategy in ("kb", "agent"):
-        from .agent import MacroPolicy
-
-        search = KBSearch(budget=tuning_budget, seed=seed, repeatable=repeatable, on_event=event,
-                          experience=experience, log_dir=str(work_dir / "kb_logs"),
-                          agent=MacroPolicy.load() if strategy == "agent" else None)
-        cost_model = "random"  # KBSearch trains its own model; skip training the stock one
-    elif strategy == "random":
-        search = TimeCappedSearch(budget=tuning_budget, inner="replay-trace")
-        cost_model = "random"
-    else:
-        search = TimeCappedSearch(budget=tuning_budget)
-        cost_model = "xgb"
+    kb_arguments = dict(seed=seed, repeatable=repeatable, on_event=event, experience=experience,
+                        log_dir=str(work_dir / "kb_logs")) if strategy in KB_STRATEGIES else {}
+    search, cost_model = make_search(strategy, tuning_budget, **kb_arguments)  # refuses a bad one first
+    work_dir.mkdir(parents=True, exist_ok=True)
+    is_cuda = target.kind.name == "cuda"
+    cores = physical_cores()
+    if trials_per_batch is None:
+        trials_per_batch = 64 if is_cuda else 16
     budget_total = tuning_budget.total
 
     def progress(point: dict) -> None:
@@ -198,7 +205,7 @@ def tune_operator(
         with measurement_pipeline(target, pipeline, builder, runner) as (builder, runner), \
                 guard_metaschedule_logger():
             template = None
-            if strategy in ("kb", "agent"):
+            if strategy in KB_STRATEGIES:
                 template = template_region(workload, target, tuning_budget, work_dir, runner=runner,
                                            on_measured=lambda ms: recorder.add("hopper template", [ms]),
                                            on_event=event)

@@ -59,14 +59,16 @@ def tune_model(
 ) -> dict:
     """Tune every task of `model` (an onnx.ModelProto from `load_onnx`) within `budget`,
     export `work_dir/model.so`, write `report.json`, `report.md` and `latency.png`, and return
-    the report. strategy "evolutionary" runs stock MetaSchedule instead (gradient task
-    scheduler and EvolutionarySearch, stopped at the same wall budget), for side-by-side runs.
+    the report. strategy "agent" steers kb's search with the trained agent (KBSearch's `agent`);
+    "evolutionary" runs stock MetaSchedule instead (gradient task scheduler and EvolutionarySearch,
+    stopped at the same wall budget), for side-by-side runs, and "random" the gradient scheduler
+    with stock's uniform sampling (replay-trace).
     seed, repeatable: see KBSearch's options of those names.
-    resume: continue an interrupted run in `work_dir` (kb only): its records stay, its seconds
+    resume: continue an interrupted run in `work_dir` (kb and agent only): its records stay, its seconds
     count against the budget, and tasks it finished get no more. builder/runner: MetaSchedule's
     (e.g. an RPCRunner); default local, kb's persistent ones or stock's as `pipeline` says.
     experience: a kb_tvm.Experience to warm-start the tasks from and add their outcomes to (kb
-    only); None: cold. precision: "fp32", or "fp16"/"bf16" matmuls and convolutions with fp32
+    and agent only); None: cold. precision: "fp32", or "fp16"/"bf16" matmuls and convolutions with fp32
     accumulation (`precision.py`), checked against onnxruntime within that precision's tolerance,
     on two different sets of inputs. exact_math: keep libm's erf, exp, tanh and softmax on CPUs,
     where they are otherwise TVM's fast approximations (`precision.math_for`). cuda_graph: on CUDA, the builds launch their kernels as CUDA
@@ -76,18 +78,15 @@ def tune_model(
     from ..adapter import (
         CandidateRecorder,
         KBRunner,
-        KBSearch,
         KBTaskScheduler,
         ProgressRecorder,
         RecordDatabase,
-        TimeCappedSearch,
     )
     from ..measure.candidate_log import FILE_NAME, CandidateLog
     from ..search.hopper_variants import VariantSearch
-    from ..tuning import PIPELINES, STRATEGIES, measurement_pipeline
+    from ..tuning import KB_STRATEGIES, PIPELINES, check_strategy, make_search, measurement_pipeline
 
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
+    check_strategy(strategy)
     if pipeline not in PIPELINES:  # before the untuned build and the profile, not after them
         raise ValueError(f"unknown pipeline {pipeline!r}: use one of {', '.join(PIPELINES)}")
     work_dir = Path(work_dir)
@@ -127,7 +126,8 @@ def tune_model(
 
         is_cuda = target.kind.name == "cuda"
         hopper_found = {}  # the Hopper template's best right kernel per task it computes (kb, sm_90, fp16/bf16)
-        if strategy == "kb" and hopper_stage.applies(target, precision):
+        uses_kb = strategy in KB_STRATEGIES
+        if uses_kb and hopper_stage.applies(target, precision):
             hopper_found = hopper_stage.search_kernels(tasks, untuned, target, budget=tuning_budget, work_dir=work_dir,
                                                        default_latency=default_latency, notify=notify)
         # the scheduler starts from what each task has now: a Hopper kernel already makes its task fast
@@ -137,16 +137,16 @@ def tune_model(
         recorder = ProgressRecorder(on_progress=measured)
         with measurement_pipeline(target, pipeline, builder, runner) as (builder, runner), \
                 guard_metaschedule_logger():
-            if strategy == "kb":  # with a KBRunner on several devices, several tasks' batches at once
+            if uses_kb:  # with a KBRunner on several devices, several tasks' batches at once
                 scheduler = KBTaskScheduler(budget=tuning_budget, on_event=emit, default_latency=current_latency,
                                             earlier=[TaskStats(**t) for t in earlier["tasks"]] if earlier else None,
                                             experience=experience,
                                             runner=runner if isinstance(runner, KBRunner) else None)
-                search = KBSearch(budget=tuning_budget, seed=seed, repeatable=repeatable, experience=experience,
-                                  log_dir=str(work_dir / "kb_logs"))
-                cost_model = "random"
+                search, cost_model = make_search(strategy, tuning_budget, seed=seed, repeatable=repeatable,
+                                                 experience=experience, log_dir=str(work_dir / "kb_logs"))
             else:
-                scheduler, search, cost_model = "gradient", TimeCappedSearch(budget=tuning_budget), "xgb"
+                scheduler = "gradient"
+                search, cost_model = make_search(strategy, tuning_budget)
             kept = CandidateRecorder(work_dir=work_dir, strategy=strategy,
                                      clock=lambda: tuning_budget.spent, builder=builder, runner=runner)
             ms.relax_integration.tune_relax(
@@ -157,9 +157,9 @@ def tune_model(
                 measure_callbacks=ms.MeasureCallback.create("default") + [recorder, kept],
             )
     database.compact()
-    stats = scheduler.stats if strategy == "kb" else []  # stock keeps no per-task seconds
+    stats = scheduler.stats if uses_kb else []  # stock keeps no per-task seconds
     seconds = tuning_budget.spent
-    if strategy == "kb":
+    if uses_kb:
         save_state()
     chosen, used_latency = better_than_default(database, tasks, target, default_latency)
     if by_onnxruntime[0][0] is None:

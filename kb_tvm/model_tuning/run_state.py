@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..allocation import TaskStats
 from ..budget import TuningBudget
+from ..tuning import KB_STRATEGIES
 from .onnx_input import ModelError
 
 STATE_FILE = "kb_state.json"
@@ -35,8 +36,8 @@ def read_state(work_dir: Path, *, name: str, resume: bool, strategy: str, precis
             raise ModelError(f"{work_dir} holds an earlier run: add --resume to continue it, or use another "
                              "--work-dir")
         return None
-    if strategy != "kb":
-        raise ModelError("--resume works with --strategy kb only")
+    if strategy not in KB_STRATEGIES:  # stock's gradient scheduler keeps no state to resume from
+        raise ModelError("--resume works with --strategy kb or agent only")
     if not path.exists():
         raise ModelError(f"nothing to resume in {work_dir}: it has no {STATE_FILE}")
     try:
