@@ -4,7 +4,8 @@ from pathlib import Path as _Path
 
 from .budget import TuningBudget, parse_budget
 from .logger_guard import guard_metaschedule_logger
-from .measure.targets import build_config
+from .measure.targets import build_config, tensor_intrinsics
+from .tuning import measurement_pipeline
 
 # Run from a source checkout (not installed), the data packages schedules/ and workloads/
 # sit beside kb_tvm/; installed, they are kb_tvm/schedules and kb_tvm/workloads.
@@ -15,7 +16,7 @@ if (_checkout / "workloads" / "__init__.py").is_file() and (_checkout / "schedul
 __version__ = "0.1.0"
 __all__ = ["Experience", "KBBuilder", "KBRunner", "KBSearch", "KBTaskScheduler", "ProgressRecorder",
            "RecordDatabase", "TensorCoreSpace", "TimeCappedSearch", "TuningBudget", "build_config",
-           "guard_metaschedule_logger", "parse_budget"]
+           "guard_metaschedule_logger", "measurement_pipeline", "parse_budget", "tensor_intrinsics"]
 
 
 def __getattr__(name):
