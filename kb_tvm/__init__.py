@@ -1,5 +1,6 @@
 """kb_tvm: budget-aware kernel tuning for TVM MetaSchedule."""
 
+from importlib import import_module as _import_module
 from pathlib import Path as _Path
 
 from .budget import TuningBudget, parse_budget
@@ -18,14 +19,17 @@ __all__ = ["Experience", "KBBuilder", "KBRunner", "KBSearch", "KBTaskScheduler",
            "RecordDatabase", "TensorCoreSpace", "TimeCappedSearch", "TuningBudget", "build_config",
            "guard_metaschedule_logger", "measurement_pipeline", "parse_budget", "tensor_intrinsics"]
 
+# MetaSchedule objects -> the module that defines them
+_TVM_OBJECTS = {"KBBuilder": "measure.builder", "KBRunner": "measure.runner", "KBSearch": "search.strategy",
+                "KBTaskScheduler": "search.task_scheduler", "ProgressRecorder": "measure.callbacks",
+                "RecordDatabase": "measure.database", "TensorCoreSpace": "search.tensor_core_space",
+                "TimeCappedSearch": "search.strategy"}
+
 
 def __getattr__(name):
     # TVM loads in seconds: import it only when a MetaSchedule object is asked for
-    if name in ("KBBuilder", "KBRunner", "KBSearch", "KBTaskScheduler", "ProgressRecorder", "RecordDatabase",
-                "TensorCoreSpace", "TimeCappedSearch"):
-        from . import adapter
-
-        return getattr(adapter, name)
+    if name in _TVM_OBJECTS:
+        return getattr(_import_module(f".{_TVM_OBJECTS[name]}", __name__), name)
     if name == "Experience":
         from .experience import Experience
 

@@ -33,7 +33,7 @@ def check_strategy(strategy: str) -> None:
 def make_search(strategy: str, budget: TuningBudget, **kb_arguments):
     """(SearchStrategy, MetaSchedule cost model) that `strategy` names; kb_arguments go to KBSearch
     (they are not stock search's to take)."""
-    from .adapter import KBSearch, TimeCappedSearch
+    from .search.strategy import KBSearch, TimeCappedSearch
 
     check_strategy(strategy)
     if strategy in KB_STRATEGIES:
@@ -89,7 +89,7 @@ def default_builder(target, pipeline: str = "kb", stream_to=None):
     is_cuda = target.kind.name == "cuda"
     workers, timeout = (max(1, available_cpus() - 1), 120) if is_cuda else (physical_cores(), 120)
     if pipeline == "kb":
-        from .adapter import KBBuilder
+        from .measure.builder import KBBuilder
 
         return KBBuilder(workers=workers, timeout_s=timeout, stream_to=stream_to)
     return ms.builder.LocalBuilder(max_workers=workers, timeout_sec=timeout)
@@ -100,7 +100,7 @@ def default_runner(target, pipeline: str = "kb"):
     from tvm.s_tir import meta_schedule as ms
 
     if pipeline == "kb":
-        from .adapter import KBRunner
+        from .measure.runner import KBRunner
 
         return KBRunner(device="cuda" if target.kind.name == "cuda" else "cpu", timeout_s=60)
     return ms.runner.LocalRunner(timeout_sec=30)
@@ -131,7 +131,7 @@ def measurement_pipeline(target, pipeline: str = "kb", builder=None, runner=None
 
 def _space_for(workload, target):
     if target.kind.name == "cuda" and workload.cuda_space == "cuda-tensorcore":
-        from .adapter import TensorCoreSpace
+        from .search.tensor_core_space import TensorCoreSpace
 
         return TensorCoreSpace()
     return "post-order-apply"
@@ -167,7 +167,8 @@ def tune_operator(
     (`template_region`); `final_ms` is then the faster of it and MetaSchedule's best."""
     from tvm.s_tir import meta_schedule as ms
 
-    from .adapter import CandidateRecorder, ProgressRecorder, RecordDatabase
+    from .measure.callbacks import CandidateRecorder, ProgressRecorder
+    from .measure.database import RecordDatabase
 
     tuning_budget = TuningBudget(budget)
     work_dir = Path(work_dir)

@@ -162,9 +162,10 @@ def test_evolution_reaches_children_of_children_the_model_chose_without_measurin
     from pipeline_helpers import build_and_run
     from tvm.s_tir import meta_schedule as ms
 
-    from kb_tvm.adapter import KBBuilder, KBRunner
     from kb_tvm.budget import TuningBudget
     from kb_tvm.decision_log import DecisionLog
+    from kb_tvm.measure.builder import KBBuilder
+    from kb_tvm.measure.runner import KBRunner
     from kb_tvm.search import SearchOptions, TaskSearch
     from kb_tvm.search.task import FinePhase
     from kb_tvm.templates import load_templates

@@ -33,7 +33,8 @@ def _kernels():
 
 
 def test_a_kernel_that_breaks_the_cuda_context_or_hangs_fails_alone():
-    from kb_tvm.adapter import KBBuilder, KBRunner
+    from kb_tvm.measure.builder import KBBuilder
+    from kb_tvm.measure.runner import KBRunner
     from kb_tvm.measure.targets import make_target
 
     target = make_target("cuda")

@@ -32,7 +32,8 @@ def _kernels():
 
 @pytest.fixture(scope="module")
 def pipeline():
-    from kb_tvm.adapter import KBBuilder, KBRunner
+    from kb_tvm.measure.builder import KBBuilder
+    from kb_tvm.measure.runner import KBRunner
 
     builder, runner = KBBuilder(workers=2, timeout_s=60), KBRunner(device="cpu", timeout_s=5)
     yield builder, runner
@@ -92,7 +93,8 @@ def test_stock_evolutionary_search_runs_on_kb_builder_and_runner_with_one_record
 def test_a_streaming_builder_hands_each_candidate_to_the_runner_once(llvm_target):
     """kb's GPU default: each library goes to the measuring thread as soon as it is built; the
     runner then waits for those measurements instead of starting new ones."""
-    from kb_tvm.adapter import KBBuilder, KBRunner
+    from kb_tvm.measure.builder import KBBuilder
+    from kb_tvm.measure.runner import KBRunner
 
     runner = KBRunner(device="cpu", timeout_s=5)
     builder = KBBuilder(workers=2, timeout_s=60, stream_to=runner)
@@ -115,7 +117,8 @@ def test_streaming_in_a_real_tune_times_each_candidate_once(llvm_target, tmp_pat
     from tvm.s_tir import meta_schedule as ms
 
     from kb_tvm import ProgressRecorder, guard_metaschedule_logger
-    from kb_tvm.adapter import KBBuilder, KBRunner
+    from kb_tvm.measure.builder import KBBuilder
+    from kb_tvm.measure.runner import KBRunner
     from kb_tvm.workloads import get_workload
 
     runner = KBRunner(device="cpu", timeout_s=30)

@@ -12,8 +12,8 @@ from kb_tvm.tuning import make_search
 def test_each_strategy_name_makes_the_search_it_names():
     from tvm.s_tir import meta_schedule as ms
 
-    from kb_tvm.adapter import KBSearch, TimeCappedSearch
     from kb_tvm.agent import MacroPolicy
+    from kb_tvm.search.strategy import KBSearch, TimeCappedSearch
 
     budget = TuningBudget("30s")
     kb, kb_cost = make_search("kb", budget, seed=3)
@@ -45,7 +45,7 @@ def test_an_unknown_strategy_is_refused_in_one_line_before_anything_is_written(t
 
 
 def test_kb_search_neither_needs_nor_imports_the_agent(monkeypatch):
-    from kb_tvm.adapter import KBSearch
+    from kb_tvm.search.strategy import KBSearch
 
     monkeypatch.setitem(sys.modules, "kb_tvm.agent", None)  # as if the agent were missing: imports fail
     search, _ = make_search("kb", TuningBudget("30s"))

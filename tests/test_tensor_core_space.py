@@ -154,7 +154,7 @@ def test_a_sketch_rule_failing_on_a_random_draw_is_drawn_again_not_the_end_of_th
     stage pipeline") and ended a stock run; each attempt draws again."""
     from tvm.s_tir.schedule import ScheduleError
 
-    from kb_tvm.adapter import _sketches
+    from kb_tvm.search.tensor_core_space import _sketches
 
     class Family:  # fails its first `failures` draws, as the rule did on some random states
         def __init__(self, failures):

@@ -4,7 +4,7 @@ training are built from these files, so each line holds what a simulator needs t
 for a real measurement: the trace, the sketch it was drawn from, features, the latency or the
 error, and what the candidate cost (build and run seconds where the pipeline reports them).
 
-Plain Python: `CandidateRecorder` (adapter) turns MetaSchedule's measure results into `rows`.
+Plain Python: `CandidateRecorder` (`callbacks.py`) turns MetaSchedule's measure results into `rows`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The build-and-measure path behind kb's Builder and Runner (`KBBuilder`, `KBRunner` in the
-adapter), in processes that live across batches.
+"""The build-and-measure path behind kb's Builder and Runner (`KBBuilder`, `KBRunner` in
+`builder.py` and `runner.py`), in processes that live across batches.
 
 Where MetaSchedule's own path spends a trial's seconds (TVM 0.27): LocalBuilder starts a fresh
 pool per batch, so every batch pays each worker's TVM import and intrinsic registration; its

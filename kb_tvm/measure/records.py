@@ -2,7 +2,7 @@
 first measurement may have been lucky) refines its record instead of adding another: the
 record's run_secs hold one value per measurement, and it ranks by their median. MetaSchedule's
 own JSONDatabase keeps every measurement as a record of its own and ranks by each one's mean,
-so it deploys the luckiest single measurement. Plain Python: `RecordDatabase` (adapter) applies it.
+so it deploys the luckiest single measurement. Plain Python: `RecordDatabase` (`database.py`) applies it.
 """
 
 from __future__ import annotations
@@ -28,3 +28,10 @@ def record_latency(run_secs) -> float | None:
     """What a record's schedule takes: the median of its measurements; None if all failed."""
     seconds = valid_seconds(run_secs)
     return statistics.median(seconds) if seconds else None
+
+
+def mean_seconds(result) -> float | None:
+    """A MetaSchedule RunnerResult's mean seconds; None if it failed or holds none."""
+    if result.error_msg is not None or not result.run_secs:
+        return None
+    return sum(float(s) for s in result.run_secs) / len(result.run_secs)

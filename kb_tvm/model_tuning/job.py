@@ -75,15 +75,12 @@ def tune_model(
     graphs (`relax_build.build`); the report also gives the tuned latency without them."""
     from tvm.s_tir import meta_schedule as ms
 
-    from ..adapter import (
-        CandidateRecorder,
-        KBRunner,
-        KBTaskScheduler,
-        ProgressRecorder,
-        RecordDatabase,
-    )
+    from ..measure.callbacks import CandidateRecorder, ProgressRecorder
     from ..measure.candidate_log import FILE_NAME, CandidateLog
+    from ..measure.database import RecordDatabase
+    from ..measure.runner import KBRunner
     from ..search.hopper_variants import VariantSearch
+    from ..search.task_scheduler import KBTaskScheduler
     from ..tuning import KB_STRATEGIES, PIPELINES, check_strategy, make_search, measurement_pipeline
 
     check_strategy(strategy)

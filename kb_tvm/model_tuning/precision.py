@@ -117,7 +117,7 @@ def model_space(target, precision: str):
     (WMMA sketches where a task's matmul qualifies, MetaSchedule's CUDA sketches elsewhere);
     else MetaSchedule's default."""
     if target.kind.name == "cuda" and check_precision(precision) != "fp32":
-        from ..adapter import TensorCoreSpace
+        from ..search.tensor_core_space import TensorCoreSpace
 
         return TensorCoreSpace()
     return "post-order-apply"

@@ -1,8 +1,9 @@
-"""The search's knobs, each with its meaning. KBSearch validates them (adapter.py)."""
+"""The search's knobs, each with its meaning, and their validation (`validated_options`,
+`check_option`: plain Python, no TVM)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 
 @dataclass(frozen=True)
@@ -48,3 +49,35 @@ class SearchOptions:
     # WMMA tensor-core sketches: draw tile decisions that fit the GPU's warps and shared memory
     # (tensor_core_tiles.py) instead of uniformly as MetaSchedule does (~95% of those fail)
     fitted_tiles: bool = True
+
+
+def check_option(name: str, value, ok: bool, rule: str) -> None:
+    if not ok:
+        raise ValueError(f"{name}={value!r}: {rule}")
+
+
+def validated_options(**given) -> SearchOptions:
+    known = {f.name for f in fields(SearchOptions)}
+    unknown = set(given) - known
+    if unknown:
+        raise TypeError(f"unknown KBSearch option(s) {sorted(unknown)}; known: {sorted(known)}")
+    opt = SearchOptions(**given)
+    for name in ("coarse_samples_per_space", "coarse_trials_per_region", "keep_regions",
+                 "proposals_per_trial", "elites", "refine_elites", "generations", "population",
+                 "remeasure_times", "patience"):
+        value = getattr(opt, name)
+        check_option(name, value, isinstance(value, int) and value >= 1, "must be an integer >= 1")
+    check_option("remeasure_top", opt.remeasure_top, isinstance(opt.remeasure_top, int) and opt.remeasure_top >= 0,
+                 "must be an integer >= 0")
+    for name in ("coarse_max_fraction", "refine_after", "remeasure_share", "sampling_time_share",
+                 "proposing_time_share"):
+        value = getattr(opt, name)
+        check_option(name, value, 0.0 < value <= 1.0, "must be a fraction in (0, 1]")
+    for name in ("explore_share", "min_exploration"):
+        value = getattr(opt, name)
+        check_option(name, value, 0.0 <= value <= 1.0, "must be a fraction in [0, 1]")
+    check_option("min_total_gain", opt.min_total_gain, opt.min_total_gain >= 0.0, "must be >= 0")
+    check_option("bar_margin", opt.bar_margin, opt.bar_margin >= 1.0,
+                 "must be >= 1 (the pace is extrapolated at least as is)")
+    check_option("repeatable", opt.repeatable, isinstance(opt.repeatable, bool), "must be True or False")
+    return opt

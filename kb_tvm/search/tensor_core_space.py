@@ -8,10 +8,16 @@ TVM's own generators and adds them to the WMMA rule. Everything else is DefaultC
 
 TVM's WMMA rule also runs with its software pipeline off, so no stock sketch overlaps a GEMM's
 global loads with its tensor-core math (only resident blocks hide the latency); kb's space holds
-every WMMA sketch twice, plain and pipelined (adapter.TensorCoreSpace).
+every WMMA sketch twice, plain and pipelined (TensorCoreSpace, below).
 """
 
 from __future__ import annotations
+
+import logging
+
+from tvm.ir.utils import derived_object
+from tvm.s_tir.meta_schedule.space_generator import PostOrderApply, PySpaceGenerator
+from tvm.s_tir.schedule import ScheduleError
 
 # Names carry kb's prefix so that they never collide with intrinsics a later TVM registers.
 BF16_WMMA_GROUPS = [
@@ -105,3 +111,53 @@ def align_bf16_staging(sch) -> int:
             sch.storage_align(inst.outputs[0], 0, -2, 32, 8)
             padded += 1
     return padded
+
+
+def _sketches(family, mod, attempts: int = 3) -> list:
+    """A family's sketches, or none. TVM 0.27's rules can fail on a random compute location
+    (seen: "not a stage pipeline" on a ResNet-50 conv + relu, which ended a stock run); the
+    context's random state moves on, so another attempt draws again."""
+    for attempt in range(attempts):
+        try:
+            return list(family.generate_design_space(mod))
+        except ScheduleError as err:
+            logging.getLogger("kb_tvm").warning("design space attempt %d of %d failed: %s", attempt + 1,
+                                                attempts, str(err).strip().splitlines()[0])
+    return []
+
+
+@derived_object
+class TensorCoreSpace(PySpaceGenerator):
+    """DefaultCUDATensorCore's sketches, plus bf16 WMMA, plus the WMMA sketches again with
+    software-pipelined shared-memory loads (TVM's WMMA rule has the pipeline off, so no stock
+    sketch overlaps loads with math on fp16/bf16 GEMMs); bf16 staging gets the padding the
+    C++ rule gives fp16 only. Stock searches use it too, so that side-by-side runs compare
+    searches over one space."""
+
+    def __init__(self):
+        self._families = [PostOrderApply(sch_rules=tensor_core_rules(software_pipeline=pipelined),
+                                         postprocs="cuda-tensorcore", mutator_probs="cuda-tensorcore")
+                          for pipelined in (False, True)]
+        # the first family's objects, so that initializing it initializes these
+        # (PySpaceGenerator's own initialization leaves its fields alone)
+        self.sch_rules = list(self._families[0].sch_rules)
+        self.postprocs = list(self._families[0].postprocs)
+        self.mutator_probs = dict(self._families[0].mutator_probs)
+
+    def _initialize_with_tune_context(self, context) -> None:
+        for family in self._families:
+            family._initialize_with_tune_context(context)
+
+    def generate_design_space(self, mod):
+        unpipelined, pipelined = (_sketches(family, mod) for family in self._families)
+        if not unpipelined and not pipelined:
+            raise ScheduleError("no tensor-core design space: every attempt of both sketch families failed")
+        # the pipelined family differs only where a WMMA rule applied: a model's other tasks
+        # (layer norm, softmax, casts) would get every sketch twice
+        spaces = list(unpipelined) + [sch for sch in pipelined if "wmma" in str(sch.trace)]
+        for sch in spaces:
+            align_bf16_staging(sch)
+        return spaces
+
+    def clone(self):
+        return TensorCoreSpace()
