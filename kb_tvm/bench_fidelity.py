@@ -35,7 +35,7 @@ def _summary(rows: list[dict]) -> dict:
 @click.option("--rounds", default=3, show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False), required=True)
 def main(work_dir, workload_name, target, top, rounds, out) -> None:
-    from .adapter import RecordDatabase
+    from .measure.database import RecordDatabase
     from .bench_pipeline import retime
     from .measure.records import record_latency
     from .measure.targets import make_target

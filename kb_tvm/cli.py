@@ -84,7 +84,7 @@ def _rpc_runner(tracker, key, target, pipeline):
             config = ms.runner.RPCConfig(tracker_host=host, tracker_port=port, tracker_key=key,
                                          session_timeout_sec=60)
             return ms.runner.RPCRunner(config, max_workers=servers)
-        from .adapter import KBRunner
+        from .measure.runner import KBRunner
 
         return KBRunner(device="cuda" if target.kind.name == "cuda" else "cpu", tracker=tracker, key=key)
     except (ValueError, TrackerError) as err:
