@@ -3,8 +3,7 @@ lowering: KBSearch's sampler (tile decisions fitted to the GPU) against uniform 
 MetaSchedule's ReplayTrace does), on the same spaces. No GPU is needed: sampling, postprocessing
 and lowering for `cuda -arch=sm_90` run on the CPU.
 
-    python -m kb_tvm.bench_yield --workload gemm-4096-fp16 --samples 200 \
-        --out bench-results/issue9-yield/gemm-4096-fp16.json
+    python benchmarks/sample_yield.py --workload gemm-4096-fp16 --samples 200 --out gemm-4096-fp16.json
 
 Samples are lowered under the pass options kb builds with (`build_config`: on CUDA, for
 tensor-core kernels, `tirx.merge_static_smem`, which avoids the StorageRewrite failure "tvm_access_ptr element type
@@ -31,12 +30,12 @@ def candidate_factory(workload, target, *, fitted_tiles: bool, seed: int, log_di
     import numpy as np
     from tvm.s_tir import meta_schedule as ms
 
-    from .decision_log import DecisionLog
-    from .search import CandidateFactory, SearchOptions
-    from .templates import load_templates
-    from .tuning import _space_for
+    from common import design_space  # benchmarks/common.py
+    from kb_tvm.decision_log import DecisionLog
+    from kb_tvm.search import CandidateFactory, SearchOptions
+    from kb_tvm.templates import load_templates
 
-    context = ms.TuneContext(mod=workload.module(), target=target, space_generator=_space_for(workload, target),
+    context = ms.TuneContext(mod=workload.module(), target=target, space_generator=design_space(workload, target),
                              task_name=workload.name, num_threads=2, rand_state=seed)
     spaces = context.generate_design_space()
     options = SearchOptions(seed=seed, repeatable=True, fitted_tiles=fitted_tiles)
@@ -76,7 +75,7 @@ def sample_yield(workload, target, *, samples: int, fitted_tiles: bool, seed: in
 def main(workload_name, target, samples, seed, plain_lowering, out) -> None:
     import tvm
 
-    from .workloads import get_workload
+    from kb_tvm.workloads import get_workload
 
     workload = get_workload(workload_name)
     tvm_target = tvm.target.Target(json.loads(target))

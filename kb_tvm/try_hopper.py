@@ -1,9 +1,9 @@
 """The Hopper GEMM template (schedules/hopper_gemm.py) on an H200: every variant checked against a
 reference before it is timed, beside cuBLAS (through torch) on the same GPU.
 
-    python -m kb_tvm.bench_hopper --shape 4096x4096x4096 --tile 128x128x4x1 --out hopper.json
-    python -m kb_tvm.bench_hopper --shape 4096x4096x4096 --search 5m --out search.json
-    python -m kb_tvm.bench_hopper --workload gemm-4096-fp16 --search 1m --out search.json
+    python -m kb_tvm.try_hopper --shape 4096x4096x4096 --tile 128x128x4x1 --out hopper.json
+    python -m kb_tvm.try_hopper --shape 4096x4096x4096 --search 5m --out search.json
+    python -m kb_tvm.try_hopper --workload gemm-4096-fp16 --search 1m --out search.json
 
 --tile is BMxBNxSTAGESxCONSUMERS[xGROUP_M[xPRODUCER[xPERSISTENT[xPAIRED[xSETMAXNREG[xCLUSTER_M[xPINGPONG]]]]]]]
 (repeatable; PRODUCER to SETMAXNREG and PINGPONG are 0 or 1, CLUSTER_M 1 or 2). A variant whose
@@ -199,7 +199,7 @@ def main(shapes, workload_names, tiles, dtype, out_dtype, b_layout, budget, out_
     try:
         import torch
     except ImportError:
-        raise click.ClickException("bench_hopper needs torch (its reference and cuBLAS) and an sm_90 GPU") from None
+        raise click.ClickException("try_hopper needs torch (its reference and cuBLAS) and an sm_90 GPU") from None
     rows = []
 
     def save(dtype):  # after every row: a run cut short keeps what it measured

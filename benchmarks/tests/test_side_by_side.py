@@ -1,4 +1,11 @@
-from kb_tvm.bench import best_at, summarize, time_to_reach
+"""benchmarks/side_by_side.py: its anytime-curve summaries, its side-by-side shares, and one real
+side-by-side run (by path, as a user runs it)."""
+
+from pathlib import Path
+
+from side_by_side import best_at, summarize, time_to_reach
+
+HARNESS = Path(__file__).resolve().parent.parent / "side_by_side.py"
 
 KB = [{"seconds": 50, "best_ms": 2.0}, {"seconds": 100, "best_ms": 1.0}, {"seconds": 150, "best_ms": 0.9}]
 STOCK = [{"seconds": 80, "best_ms": 3.0}, {"seconds": 160, "best_ms": 1.5}]
@@ -25,7 +32,7 @@ def test_side_by_side_gives_each_run_its_own_gpu_and_an_equal_share_of_cores():
     import click
     import pytest
 
-    from kb_tvm.bench import share_devices
+    from side_by_side import share_devices
 
     assert share_devices(2, list(range(32)), 2) == [(0, list(range(16))), (1, list(range(16, 32)))]
     assert share_devices(2, [4, 5, 6], None) == [(None, [4]), (None, [5])]  # CPU only: cores alone
@@ -36,7 +43,7 @@ def test_side_by_side_gives_each_run_its_own_gpu_and_an_equal_share_of_cores():
 
 
 def test_side_by_side_runs_stay_on_the_gpus_this_process_was_given():
-    from kb_tvm.bench import visible_gpu
+    from side_by_side import visible_gpu
 
     assert [visible_gpu(i, "2,3") for i in (0, 1)] == ["2", "3"]  # two pairs on a 4-GPU host
     assert [visible_gpu(i, None) for i in (0, 1)] == ["0", "1"]
@@ -56,7 +63,7 @@ def test_side_by_side_runs_both_strategies_at_once_and_writes_one_summary(tmp_pa
     out = tmp_path / "side.json"
     # kb's pipeline on both sides: stock's LocalBuilder times out every build when pinned to one
     # core (seen on this 2-core machine), and CI has two
-    subprocess.run([sys.executable, "-m", "kb_tvm.bench", "--workload", "gemm-128", "--budget", "8s",
+    subprocess.run([sys.executable, str(HARNESS), "--workload", "gemm-128", "--budget", "8s",
                     "--target", "llvm", "--side-by-side", "--runs", "kb@kb,evolutionary@kb", "--out", str(out)],
                    check=True, capture_output=True)
     report = json.loads(out.read_text())

@@ -1,7 +1,7 @@
 """Side-by-side benchmark: kb vs stock MetaSchedule on the same workload, machine and budget.
 
-    python -m kb_tvm.bench --workload gemm-512 --workload conv2d-56x56x64 --budget 120s \
-        --target llvm --out bench-results/cpu.json
+    python benchmarks/side_by_side.py --workload gemm-512 --workload conv2d-56x56x64 --budget 120s \
+        --target llvm --out cpu.json
 
 --runs names the runs as STRATEGY@PIPELINE (kb or evolutionary, on kb's or stock's measurement
 pipeline): "kb@kb,evolutionary@stock,evolutionary@kb" separates the search from the pipeline.
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import click
 
-from .budget import format_seconds
+from kb_tvm.budget import format_seconds
 
 
 def time_to_reach(curve: list[dict], target_ms: float) -> float | None:
@@ -78,11 +78,10 @@ def summarize(runs: dict[str, dict], kb_run: str = "kb", stock_run: str = "evolu
 @click.option("--cores", default=None, hidden=True, help="CPU cores to run on, comma-separated (side-by-side parts).")
 @click.option("--out", type=click.Path(dir_okay=False), required=True, help="JSON results file.")
 def main(workloads, budget, target, order, trials_per_batch, seed, side_by_side, cores, out) -> None:
+    from kb_tvm.measure.candidate_log import FILE_NAME, CandidateLog
+    from kb_tvm.measure.targets import make_target
+    from kb_tvm.tuning import PIPELINES, STRATEGIES, tune_operator
     from kb_tvm.workloads import get_workload
-
-    from .measure.candidate_log import FILE_NAME, CandidateLog
-    from .measure.targets import make_target
-    from .tuning import PIPELINES, STRATEGIES, tune_operator
 
     if cores:
         os.sched_setaffinity(0, [int(c) for c in cores.split(",")])
@@ -182,7 +181,7 @@ def run_side_by_side(workloads, labels, target, report: dict, out_path: Path, co
         env = dict(os.environ)
         if gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = visible_gpu(gpu, os.environ.get("CUDA_VISIBLE_DEVICES"))
-        command = [sys.executable, "-m", "kb_tvm.bench", "--runs", label, "--out", str(part),
+        command = [sys.executable, str(Path(__file__).resolve()), "--runs", label, "--out", str(part),
                    "--cores", ",".join(map(str, cores)), *common]
         command += [arg for name in workloads for arg in ("--workload", name)]
         click.echo(f"{label}: GPU {gpu}, cores {cores[0]}-{cores[-1]}")

@@ -1,8 +1,8 @@
 """What a trial costs: MetaSchedule's LocalBuilder/LocalRunner against kb's KBBuilder/KBRunner,
 on the same candidates, and how far each one's recorded latencies are from a careful re-timing.
 
-    python -m kb_tvm.bench_pipeline --workload gemm-512 --target llvm --sizes 4,16,32 \
-        --out bench-results/pipeline-cpu.json
+    python benchmarks/pipeline_cost.py --workload gemm-512 --target llvm --sizes 4,16,32 \
+        --out pipeline-cpu.json
 
 One pool of candidates is sampled from the workload's design space (the tensor-core space for
 the fp16 GEMMs on cuda). For each batch size, each pipeline builds and measures the first N of
@@ -31,10 +31,10 @@ def sample_candidates(workload, target, count: int, seed: int):
     """`count` valid candidates of the workload's design space, as MetaSchedule's ReplayTrace draws them."""
     from tvm.s_tir import meta_schedule as ms
 
-    from .measure.targets import physical_cores
-    from .tuning import _space_for
+    from common import design_space  # benchmarks/common.py
+    from kb_tvm.measure.targets import physical_cores
 
-    context = ms.TuneContext(mod=workload.module(), target=target, space_generator=_space_for(workload, target),
+    context = ms.TuneContext(mod=workload.module(), target=target, space_generator=design_space(workload, target),
                              search_strategy=ms.search_strategy.ReplayTrace(), task_name=workload.name,
                              rand_state=seed, num_threads=physical_cores())
     spaces = context.generate_design_space()
@@ -92,8 +92,8 @@ def split_costs(batches: list[dict]) -> dict:
 def retime(candidate, target, repeat: int = 10, number: int = 5) -> float:
     import tvm
 
-    from .measure.targets import compile_kernel
-    from .measure.workers import activation_like
+    from kb_tvm.measure.targets import compile_kernel
+    from kb_tvm.measure.workers import activation_like
 
     library = compile_kernel(candidate.sch.mod, target)
     device = tvm.cuda(0) if target.kind.name == "cuda" else tvm.cpu(0)
@@ -124,7 +124,7 @@ def fidelity(candidates, recorded: list[float | None], target, top: int = 10, ro
 
 def make_pipelines(target, names=("stock", "kb")) -> dict:
     """The named pipelines' builders and runners as a tune makes them (kb's streams on a GPU)."""
-    from .tuning import default_builder, default_runner
+    from kb_tvm.tuning import default_builder, default_runner
 
     pipelines = {}
     for name in names:
@@ -142,8 +142,8 @@ def make_pipelines(target, names=("stock", "kb")) -> dict:
 @click.option("--pipelines", default="stock,kb", show_default=True, help="Which to measure, comma-separated.")
 @click.option("--out", type=click.Path(dir_okay=False), required=True)
 def main(workload_name, target, sizes, seed, pipelines, out) -> None:
-    from .measure.targets import describe, make_target
-    from .workloads import get_workload
+    from kb_tvm.measure.targets import describe, make_target
+    from kb_tvm.workloads import get_workload
 
     tvm_target = make_target(target)
     workload = get_workload(workload_name)

@@ -1,8 +1,8 @@
 """Side-by-side whole-model benchmark: `kb-tvm tune` with kb vs stock MetaSchedule on the same
 model, machine and wall budget.
 
-    python -m kb_tvm.bench_model --model workloads/transformer_block.onnx --budget 5m \
-        --target llvm --out bench-results/cpu-model
+    python benchmarks/model_side_by_side.py --model workloads/transformer_block.onnx --budget 5m \
+        --target llvm --out cpu-model
 
 With two or more GPUs the two runs go side by side, one GPU and half the CPUs each (same
 hardware, same clock); otherwise one after the other. Each run's log, report.json, report.md
@@ -83,8 +83,8 @@ def time_in_turns(libraries: dict[str, Path], model, input_shapes, target: str |
     import tvm
     from tvm import relax
 
-    from .measure.targets import make_target
-    from .model_tuning import example_inputs, load_onnx, parse_input_shape
+    from kb_tvm.measure.targets import make_target
+    from kb_tvm.model_tuning import example_inputs, load_onnx, parse_input_shape
 
     tvm_target = make_target(target)
     device = tvm.cuda(0) if tvm_target.kind.name == "cuda" else tvm.cpu(0)

@@ -2,7 +2,7 @@
 without CUDA graphs, on two sets of inputs checked against onnxruntime: what graphs bring to
 each run's schedules, without tuning again.
 
-    python -m kb_tvm.bench_rebuild --model bert.onnx --precision fp16 --input-shape input_ids=1x128 \
+    python -m kb_tvm.model_tuning.rebuild --model bert.onnx --precision fp16 --input-shape input_ids=1x128 \
         --log kb=kb-candidates.jsonl.gz --log stock=evolutionary-candidates.jsonl.gz --out rebuild.json
 
 Each log's tasks get their fastest logged schedule where it beats the default one, as `kb-tvm
@@ -37,10 +37,10 @@ def main(model, precision, input_shapes, exact_math, target, logs, hopper_budget
     if any build's outputs miss onnxruntime's."""
     from tvm.s_tir import meta_schedule as ms
 
-    from .budget import TuningBudget
-    from .measure.targets import make_target
-    from .model_tuning import hopper_stage
-    from .model_tuning import (
+    from ..budget import TuningBudget
+    from ..measure.targets import make_target
+    from . import hopper_stage
+    from . import (
         TOLERANCES,
         apply_math,
         better_than_default,
@@ -56,8 +56,8 @@ def main(model, precision, input_shapes, exact_math, target, logs, hopper_budget
         run_and_time,
         to_relax,
     )
-    from .model_tuning.precision import compare_sets, model_space
-    from .model_tuning.replay import records_from_candidates
+    from .precision import compare_sets, model_space
+    from .replay import records_from_candidates
 
     tvm_target = make_target(target)
     if hopper_budget is not None and not hopper_stage.applies(tvm_target, precision):

@@ -1,13 +1,13 @@
 """Held-out evaluation in the replay environment: policies side by side on the datasets held out
 from the agent's training, at equal simulated budgets and seeds.
 
-    python -m kb_tvm.bench_replay --datasets datasets --budget 240s --seeds 3 --out bench-results/replay.json
+    python benchmarks/replay_heldout.py --datasets datasets --budget 240s --seeds 3 --out replay.json
 
 Per dataset and policy: the area under the anytime curve (mean over seeds; 1.0 = the dataset's
 best from the first second) and the best latency at 25/50/100% of the budget. Summary: on how
 many datasets the agent is at least as good as the rules, and its mean relative AUC gain.
 
---real BENCH.json (repeatable; kb_tvm.bench's output) also replays each of its real runs on the
+--real BENCH.json (repeatable; benchmarks/side_by_side.py's output) also replays each of its real runs on the
 dataset of its workload at the run's budget, and sets the replay's curve beside the real one:
 the replay's fidelity (best latency at each tenth of the budget, trials at the end).
 """
@@ -22,15 +22,15 @@ from pathlib import Path
 import click
 import numpy as np
 
-from .budget import parse_budget
+from kb_tvm import parse_budget
 
 POLICY_NAMES = ("agent", "rules", "evolutionary", "random")
 REPLAYED_AS = {"kb": "rules", "agent": "agent", "evolutionary": "evolutionary", "random": "random"}
 
 
 def _one(job: tuple) -> dict:
-    from .replay import POLICIES, RECORDED_AS, ReplayEnv, catalog
-    from .replay.policies import agent_policy
+    from kb_tvm.agent import agent_policy
+    from kb_tvm.replay import POLICIES, RECORDED_AS, ReplayEnv, catalog
 
     path, policy, seed, budget, agent_path = job
     _, data = catalog.load(path)
@@ -49,8 +49,8 @@ def _one(job: tuple) -> dict:
 
 def fidelity(bench_json: Path, folders, agent_path) -> list[dict]:
     """Each real run of a bench file beside its replay on the dataset of its workload."""
-    from .replay import POLICIES, RECORDED_AS, DatasetError, ReplayEnv, catalog
-    from .replay.policies import agent_policy
+    from kb_tvm.agent import agent_policy
+    from kb_tvm.replay import POLICIES, RECORDED_AS, DatasetError, ReplayEnv, catalog
 
     report = json.loads(Path(bench_json).read_text())
     kind = "cuda" if "'cuda'" in report["target"] or '"cuda"' in report["target"] else "llvm"
@@ -113,10 +113,10 @@ def summarize(rows: list[dict]) -> dict:
 @click.option("--seeds", default=3, show_default=True, type=click.IntRange(1))
 @click.option("--jobs", default=2, show_default=True, type=click.IntRange(1))
 @click.option("--real", "real_runs", multiple=True, type=click.Path(dir_okay=False, exists=True),
-              help="A kb_tvm.bench result whose runs are set beside their replays (repeatable).")
+              help="A side_by_side.py result whose runs are set beside their replays (repeatable).")
 @click.option("--out", type=click.Path(dir_okay=False), required=True)
 def main(folders, every, training, policies, agent_path, budget, seeds, jobs, real_runs, out) -> None:
-    from .replay import catalog
+    from kb_tvm.replay import catalog
 
     if every and training:
         raise click.UsageError("--all and --training: choose one")
@@ -129,7 +129,7 @@ def main(folders, every, training, policies, agent_path, budget, seeds, jobs, re
             rows.append(row)
             click.echo(f"{row['dataset']:60s} {row['policy']:12s} seed {row['seed']} auc {row['auc']:.4f} "
                        f"({row['replay_wall_s']:.1f}s)")
-    report = {"command": "python -m kb_tvm.bench_replay " + " ".join(
+    report = {"command": "python benchmarks/replay_heldout.py " + " ".join(
         [*(f"--datasets {f}" for f in folders), *(["--all"] if every else []), *(["--training"] if training else []),
          f"--policies {policies}",
          *([f"--agent {agent_path}"] if agent_path else []), f"--budget {budget}", f"--seeds {seeds}",

@@ -1,8 +1,8 @@
 """How far a finished tune's best records are from a careful re-timing after it (the winner's
 curse: the best of many noisy measurements is the luckiest).
 
-    python -m kb_tvm.bench_fidelity --work-dir kb-work/gemm-512-kb --workload gemm-512 --target llvm \
-        --out bench-results/cpu-pipeline/fidelity-gemm512.json
+    python benchmarks/retime_fidelity.py --work-dir kb-work/gemm-512-kb --workload gemm-512 --target llvm \
+        --out fidelity-gemm512.json
 
 The `--top` best records of the work dir (by the median of their measurements, as a build picks
 them) are rebuilt and re-timed in this process, `--rounds` times each (median of 10 repeats x 5
@@ -35,11 +35,11 @@ def _summary(rows: list[dict]) -> dict:
 @click.option("--rounds", default=3, show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False), required=True)
 def main(work_dir, workload_name, target, top, rounds, out) -> None:
-    from .adapter import RecordDatabase
-    from .bench_pipeline import retime
-    from .measure.records import record_latency
-    from .measure.targets import make_target
-    from .workloads import get_workload
+    from kb_tvm import RecordDatabase
+    from kb_tvm.measure.records import record_latency
+    from kb_tvm.measure.targets import make_target
+    from kb_tvm.workloads import get_workload
+    from pipeline_cost import retime  # the harness beside this one (benchmarks/)
 
     tvm_target = make_target(target)
     database = RecordDatabase(work_dir=work_dir)

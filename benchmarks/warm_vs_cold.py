@@ -1,8 +1,8 @@
 """Warm vs cold, side by side: tune a workload with the experience of a similar one, and
 without, at the same budget.
 
-    python -m kb_tvm.bench_warm --prime gemm-512 --workload gemm-768x512x640 --budget 60s \
-        --target llvm --out bench-results/cpu-warm
+    python benchmarks/warm_vs_cold.py --prime gemm-512 --workload gemm-768x512x640 --budget 60s \
+        --target llvm --out cpu-warm
 
 First the prime workload is tuned into a fresh library (--prime-budget), then the workload
 cold (--no-experience) and warm (that library). With two or more GPUs, cold and warm run at
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import click
 
-from .bench import time_to_reach
-from .bench_model import run_side_by_side
+from model_side_by_side import run_side_by_side  # a harness beside this one (benchmarks/)
+from side_by_side import time_to_reach
 
 
 def _tune_op(name, budget, target, work_dir, json_out, experience_args, seed) -> list[str]:
