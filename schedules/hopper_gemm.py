@@ -18,7 +18,7 @@ consumers, `setmaxnreg` moves registers from the producer to them (CUTLASS's 40 
 one where they split BM). In a cluster of two blocks (`cluster_m=2`: neighbouring block rows, one
 block column), each block loads half of B's tile and TMA multicasts it into both. Not yet: a
 staged (TMA-store) epilogue.
-kb_tvm/search/hopper_variants.py searches the variants (`python -m kb_tvm.bench_hopper
+kb_tvm/search/hopper_variants.py searches the variants (`python -m kb_tvm.try_hopper
 --search`); `kb-tvm tune --precision fp16|bf16` on an sm_90 GPU uses them for the model's matmul
 tasks (kb_tvm/model_tuning/hopper_stage.py), and `kb-tvm tune-op` as a region of the task beside
 MetaSchedule's (kb_tvm/tuning.py's template_region).
@@ -69,7 +69,7 @@ class GemmTile:
     group_m: int = 8  # block tiles down M that run next to each other (they share B's tiles in L2)
     # a warpgroup of its own issues the loads; a stage is released by its consumers' arrivals on an
     # mbarrier, not by a block-wide sync after every K-tile
-    producer: bool = True  # 4096^3 fp16 on the H200: 0.235 ms with, 0.260 without (run3)
+    producer: bool = True  # 4096^3 fp16 on the H200: 0.235 ms with, 0.260 without
     # B as [N, K] ("nk", K-major: a Linear layer's weight) or [K, N] ("kn": MetaSchedule's and
     # Relax's matmul), read by wgmma transposed from 64-column swizzle chunks
     b_layout: str = "nk"
@@ -89,12 +89,12 @@ class GemmTile:
     # PRODUCER_REGISTERS) and the two consumers take them (setmaxnreg.inc): 232 a thread rather
     # than the 168 that 384 threads get at launch, room beside 128 accumulators. The kernel is
     # bounded to one block per SM: without that bound ptxas may ignore setmaxnreg (C7508). On the
-    # H200 it computed right and gained under 2% (bench-results/h200-issue12/s9): without it,
+    # H200 it computed right and gained under 2%: without it,
     # ptxas fits 128x256 in 154 registers a thread with no spills, so the search leaves it off
     setmaxnreg: bool = False
     # two blocks of neighbouring block rows (a cluster of 2) share B's tile: each loads half of it
     # and TMA multicasts that half to both, so B is read from L2 half as often. On the H200 it
-    # computed right and never won (bench-results/h200-issue12/s10: 0.3% faster to 16% slower):
+    # computed right and never won (0.3% faster to 16% slower on four shapes):
     # group_m's order already keeps B in L2, and a stage waits for the slower of two blocks. The
     # variant search leaves it off
     cluster_m: int = 1
@@ -103,7 +103,7 @@ class GemmTile:
     # other warpgroup's are done, so one warpgroup's epilogue runs while the other's wgmmas keep
     # the tensor cores busy (the cooperative kernel stops them for every tile's stores). On the H200
     # all 48 kernels tried computed right and none hung; it won 12% on 4096x3072x768, tied on two
-    # other shapes with K = 768 and lost 17% on the three shapes with K >= 3072 (bench-results/h200-issue12/s11),
+    # other shapes with K = 768 and lost 17% on the three shapes with K >= 3072,
     # so the variant search offers it beside the cooperative tiles and measures which wins
     pingpong: bool = False
 
@@ -389,7 +389,7 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
         # all of this K-tile's wgmmas finish here. Leaving one group in flight (wait_group 1)
         # computed wrong results on the H200: ptxas 13.0 reads the accumulators between issue and
         # wait (C7514), and TIRx's register fence (wgmma.noop_barrier) fences a copy of the
-        # register (bench-results/h200-issue12/run2)
+        # register
         T.ptx.wgmma.wait_group.sync.aligned(0)
 
     @T.macro

@@ -1,5 +1,5 @@
 """The Hopper GEMM template on the CPU: what it admits lowers to sm_90a CUDA with wgmma and TMA, what
-it refuses is refused with the rule (numerics need the GPU: kb_tvm.bench_hopper checks them)."""
+it refuses is refused with the rule (numerics need the GPU: kb_tvm.try_hopper checks them)."""
 
 from __future__ import annotations
 

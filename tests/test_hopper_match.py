@@ -93,7 +93,7 @@ def test_what_it_cannot_compute_is_refused_with_the_reason(workload, why):
 def test_the_gpu_harness_refuses_a_workload_it_cannot_run_in_one_line_before_touching_a_gpu(args, why, tmp_path):
     from click.testing import CliRunner
 
-    from kb_tvm.bench_hopper import main
+    from kb_tvm.try_hopper import main
 
     result = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "out.json")])
     assert result.exit_code == 2

@@ -189,7 +189,7 @@ def test_a_search_stops_when_the_budget_is_spent_a_batch_would_overrun_or_gains_
 
 
 def test_a_search_stops_when_its_pace_would_not_reach_a_faster_kernel_outside_its_space():
-    # tune-op on the H200 (bench-results/h200-issue12/tune-op): the template's kernel at
+    # a 90-s tune-op of gemm-4096-fp16 on an H200: the template's kernel at
     # 0.2335 ms in 7 s, MetaSchedule's best after each batch (own seconds); the model's
     # expected gain stayed above its floor and the regions spent the whole budget
     trajectory = [[10.8, 0.9604e-3], [20.0, 0.7177e-3], [28.9, 0.5108e-3], [37.4, 0.49e-3]]

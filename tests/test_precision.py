@@ -144,7 +144,7 @@ def test_half_precision_tasks_get_the_tensor_core_space_on_cuda():
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from kb_tvm.bench_yield import H200
+    from tensor_core_helpers import H200
     from kb_tvm.model_tuning import load_onnx, lower_precision, prepare, to_relax
     from kb_tvm.model_tuning.precision import model_space
 
@@ -169,7 +169,7 @@ def test_a_cuda_library_mixing_tensor_core_records_and_default_reductions_builds
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from kb_tvm.bench_yield import H200
+    from tensor_core_helpers import H200
     from kb_tvm.decision_log import DecisionLog
     from kb_tvm.measure.targets import build_config, uses_tensor_cores
     from kb_tvm.model_tuning import build, load_onnx, lower_precision, prepare, to_relax

@@ -33,7 +33,7 @@ def _spaces(workload_name, space_generator):
     from kb_tvm.workloads import get_workload
     from tvm.s_tir import meta_schedule as ms
 
-    from kb_tvm.bench_yield import H200
+    from tensor_core_helpers import H200
 
     context = ms.TuneContext(mod=get_workload(workload_name).module(), target=tvm.target.Target(H200),
                              space_generator=space_generator, task_name=workload_name, num_threads=2)
@@ -76,7 +76,7 @@ def test_kbs_sampler_yields_mostly_valid_samples_in_every_space_and_they_lower(t
     import tvm
     from kb_tvm.workloads import get_workload
 
-    from kb_tvm.bench_yield import H200, candidate_factory
+    from tensor_core_helpers import H200, candidate_factory
     from kb_tvm.measure.targets import build_config
     from kb_tvm.search import lowers_cleanly
 
@@ -96,7 +96,7 @@ def test_a_sampling_deadline_leaves_no_design_space_unsampled(tmp_path):
     from tvm.s_tir import meta_schedule as ms
 
     from kb_tvm import TensorCoreSpace
-    from kb_tvm.bench_yield import H200
+    from tensor_core_helpers import H200
     from kb_tvm.budget import TuningBudget
     from kb_tvm.decision_log import DecisionLog
     from kb_tvm.search import SearchOptions, TaskSearch
@@ -127,7 +127,7 @@ def test_a_bf16_record_replays_in_a_fresh_process_that_registered_kbs_intrinsics
     import tvm
     from kb_tvm.workloads import get_workload
 
-    from kb_tvm.bench_yield import H200, candidate_factory
+    from tensor_core_helpers import H200, candidate_factory
 
     factory = candidate_factory(get_workload("gemm-4096-bf16"), tvm.target.Target(H200), fitted_tiles=True,
                                 seed=1, log_dir=str(tmp_path))

@@ -50,7 +50,7 @@ def test_a_sketch_that_cannot_fit_draws_nothing_and_bad_limits_are_errors():
 def _yield(target, fitted_tiles, tmp_path, samples=24):
     from kb_tvm.workloads import get_workload
 
-    from kb_tvm.bench_yield import candidate_factory
+    from tensor_core_helpers import candidate_factory
     from kb_tvm.measure.targets import build_config
     from kb_tvm.search import lowers_cleanly
 
@@ -71,7 +71,7 @@ def _yield(target, fitted_tiles, tmp_path, samples=24):
 def test_fitted_tiles_pass_the_postprocessors_far_more_often_than_uniform_draws(tmp_path):
     import tvm
 
-    from kb_tvm.bench_yield import H200 as h200_target
+    from tensor_core_helpers import H200 as h200_target
     from kb_tvm.decision_log import read_log
 
     target = tvm.target.Target(h200_target)
@@ -90,7 +90,7 @@ def test_fitted_tiles_pass_the_postprocessors_far_more_often_than_uniform_draws(
 def test_a_gpu_too_small_for_the_sketch_gets_no_samples_and_the_log_says_why(tmp_path):
     import tvm
 
-    from kb_tvm.bench_yield import H200 as h200_target
+    from tensor_core_helpers import H200 as h200_target
     from kb_tvm.decision_log import read_log
 
     tiny = tvm.target.Target(json.loads(json.dumps({**h200_target, "max_shared_memory_per_block": 256})))
@@ -107,8 +107,8 @@ def test_tvms_own_tensor_core_matmul_is_a_candidate_that_builds_and_replays_as_a
     from tvm.s_tir.schedule import Schedule
     from tvm_ffi import structural_equal
 
-    from kb_tvm.bench_yield import H200 as h200_target
-    from kb_tvm.bench_yield import candidate_factory
+    from tensor_core_helpers import H200 as h200_target
+    from tensor_core_helpers import candidate_factory
     from kb_tvm.measure.targets import build_config
     from kb_tvm.search import lowers_cleanly
 

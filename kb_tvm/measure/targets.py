@@ -24,7 +24,7 @@ def build_config(target, mod=None) -> dict:
     into one shared buffer (`tirx.merge_static_smem`): without it TVM 0.27's StorageRewrite
     rejects ~85% of the tensor-core samples that pass postprocessing ("tvm_access_ptr element
     type must match"), with it none, and the kernels compute the same and run as fast
-    (BENCHMARKS.md, issue 9). Other kernels must not merge: it fails half of the reduction
+    (on an H200, at 1024^3 and 4096^3). Other kernels must not merge: it fails half of the reduction
     sketches (layer norm, softmax) and dlight's default schedules for them ("buffer_byte_offsets").
     Without `mod`: the options of a tensor-core kernel."""
     if target.kind.name != "cuda" or (mod is not None and not uses_tensor_cores(mod)):

@@ -19,7 +19,7 @@ _KEEP_ARGS = 4
 def warm_up() -> int:
     """Import what every build needs; the PID. Not TVM's tensor intrinsics: a candidate comes
     tensorized already, and registering them took 15 workers 53 s on the H200 host, against
-    8 s without (bench-results/h200-warmup.py; the same candidates built the same)."""
+    8 s without (and the same candidates built the same)."""
     import tvm.driver  # noqa: F401
     import tvm.s_tir.transform  # noqa: F401
 
@@ -80,7 +80,7 @@ def activation_like(shape, dtype: str, seed: int = 0):
     """The numbers kb measures and re-times on (a numpy array): floats uniform in [-1, 1), as
     activations and weights are; integers 0, a valid index for any gather. Not TVM's measure fill:
     it draws floats from [1, 10), where erf and tanh saturate, and libm's erf then ran a tuned
-    GEMM+GELU 3-4x faster than on data in [-1, 1] (BENCHMARKS.md, issue 13's real runs)."""
+    GEMM+GELU 3-4x faster than on data in [-1, 1]."""
     import ml_dtypes  # TVM's own dependency: numpy has no bfloat16
     import numpy as np
 

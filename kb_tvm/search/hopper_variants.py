@@ -1,10 +1,10 @@
 """Which variants of the Hopper GEMM template (schedules/hopper_gemm.py) to measure, in what order,
-and when to stop. Plain Python: the caller measures (kb_tvm.bench_hopper on a GPU).
+and when to stop. Plain Python: the caller measures (kb_tvm.try_hopper on a GPU).
 
 The order comes from a model of a variant's seconds: waves of blocks over the SMs times one
 block's tensor-core work, at an efficiency that grows with the wgmma's N and with a producer
-warpgroup, as the H200 runs showed (bench-results/h200-issue12: 128x256 with a producer was the
-fastest on 4096^3; 64-wide tiles on M = 128). Each measurement corrects the model for the
+warpgroup, as measured on an H200 (128x256 with a producer was the fastest on 4096^3; 64-wide
+tiles on M = 128). Each measurement corrects the model for the
 variants of its family (consumers, producer, BN): its measured / predicted ratio. The search
 asks for the variant of most expected improvement over the best measured, which weighs each
 corrected prediction by how far it may be off: a tile's other pipeline depths little (it is
@@ -31,7 +31,7 @@ STAGE_CHOICES = (3, 4, 5)
 K_SPLIT_CHOICES = (2, 3, 4, 6, 8)
 # the pipeline's depth matters little once a tile is measured: over 133 tiles the H200 runs
 # measured at two or three depths, the slowest was a median 6% behind the fastest, and 4 stages
-# was the fastest for 95 of them (bench-results/h200-issue12). So a tile is measured at 4 stages
+# was the fastest for 95 of them. So a tile is measured at 4 stages
 # first, and another depth of a measured tile is predicted at its best time less STAGE_GAIN
 FIRST_STAGES = 4
 STAGE_GAIN = 0.02
@@ -40,7 +40,7 @@ STAGE_GAIN = 0.02
 SPREAD_DEPTH, SPREAD_FAMILY, SPREAD_NEW = 0.04, 0.15, 0.35
 HBM_BYTES_PER_S = 4.0e12  # what a split-K sum reads and writes moves at about this rate
 # ping-pong's best tile against the best persistent cooperative one was a median 9% slower over
-# six shapes on the H200 (12% faster on 4096x3072x768, 17% slower on three; bench-results/h200-issue12/s11)
+# six shapes on the H200 (12% faster on 4096x3072x768, 17% slower on the three with K >= 3072)
 PINGPONG_EFFICIENCY = 0.92
 
 

@@ -9,7 +9,7 @@ The sketch (MultiLevelTilingTensorCore, "SSSRRSRS") tiles the two spatial loops,
 
 Drawn independently, about 95% of such tiles fail MetaSchedule's VerifyGPUCode postprocessor on
 an fp16 4096^3 GEMM (too many warps or too much shared memory). The two limits below were fitted
-on 1200 uniform samples of that sketch for sm_90 (bench-results/issue9-yield/): every sample that
+on 1200 uniform samples of that sketch for sm_90: every sample that
 passed VerifyGPUCode satisfies them, and 38 of the 1142 that failed do. The real postprocessors and
 lowering stay the final check.
 """
@@ -29,8 +29,8 @@ class WmmaLimits:
     max_innermost: int = 4  # the sketch's own bound on each loop's innermost factor
     stages: int = 1  # copies of the A and B tiles in shared memory: 2 when software-pipelined
     # register pressure: the accumulator fragments a warp holds (i3 i4 j3 j4), 8 registers per
-    # thread each for fp32; ptxas for sm_90 used 208 registers at 16 (bench-results/tc-registers.py)
-    # and spilled at 32: 255 registers and 152 bytes of stack (h200-issue9b/kernel-reading.txt)
+    # thread each for fp32; ptxas for sm_90 used 208 registers at 16 and spilled at 32: 255
+    # registers and 152 bytes of stack
     max_warp_fragments: int = 16
 
     def __post_init__(self) -> None:

@@ -1,0 +1,97 @@
+"""How many drawn samples of a GPU design space survive MetaSchedule's postprocessors and TVM's
+lowering: KBSearch's sampler (tile decisions fitted to the GPU) against uniform draws (what
+MetaSchedule's ReplayTrace does), on the same spaces. No GPU is needed: sampling, postprocessing
+and lowering for `cuda -arch=sm_90` run on the CPU.
+
+    python benchmarks/sample_yield.py --workload gemm-4096-fp16 --samples 200 --out gemm-4096-fp16.json
+
+Samples are lowered under the pass options kb builds with (`build_config`: on CUDA, for
+tensor-core kernels, `tirx.merge_static_smem`, which avoids the StorageRewrite failure "tvm_access_ptr element type
+must match the source buffer" that most tensor-core samples hit in TVM 0.27). `--plain-lowering`
+also counts them under TVM's defaults, as stock MetaSchedule builds them.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import click
+
+# the H200 as kb's cuda target describes it, without needing the GPU
+H200 = {"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024, "max_shared_memory_per_block": 49152,
+        "thread_warp_size": 32, "registers_per_block": 65536, "host": {"kind": "llvm"}}
+
+
+def candidate_factory(workload, target, *, fitted_tiles: bool, seed: int, log_dir: str):
+    """KBSearch's candidate factory for `workload`'s space on `target`, outside a tune."""
+    import numpy as np
+    from tvm.s_tir import meta_schedule as ms
+
+    from common import design_space  # benchmarks/common.py
+    from kb_tvm.decision_log import DecisionLog
+    from kb_tvm.search import CandidateFactory, SearchOptions
+    from kb_tvm.templates import load_templates
+
+    context = ms.TuneContext(mod=workload.module(), target=target, space_generator=design_space(workload, target),
+                             task_name=workload.name, num_threads=2, rand_state=seed)
+    spaces = context.generate_design_space()
+    options = SearchOptions(seed=seed, repeatable=True, fitted_tiles=fitted_tiles)
+    return CandidateFactory(context=context, design_spaces=spaces, templates=load_templates(target.kind.name),
+                            options=options, rng=np.random.default_rng(seed),
+                            log=DecisionLog.for_task(log_dir, workload.name, None))
+
+
+def sample_yield(workload, target, *, samples: int, fitted_tiles: bool, seed: int = 1,
+                 plain_lowering: bool = False) -> dict:
+    """Per design space: samples asked, valid (postprocessed and lowered), and the dropped by reason."""
+    rows = []
+    with tempfile.TemporaryDirectory() as log_dir:
+        task = candidate_factory(workload, target, fitted_tiles=fitted_tiles, seed=seed, log_dir=log_dir)
+        if plain_lowering:
+            task.pass_config = lambda target, mod: {}
+        for space in range(len(task.spaces)):
+            before = dict(task.dropped)
+            started = time.perf_counter()
+            valid = task.sample(space, samples)
+            dropped = {k: task.dropped[k] - before[k] for k in before}
+            rows.append({"space": space, "asked": samples, "valid": len(valid), "dropped": dropped,
+                         "seconds": time.perf_counter() - started,
+                         "fitted": task.tile_plans.get(space) is not None})
+    return {"spaces": rows, "asked": sum(r["asked"] for r in rows), "valid": sum(r["valid"] for r in rows),
+            "failed_postproc": sum(r["dropped"]["postproc"] for r in rows),
+            "failed_lowering": sum(r["dropped"]["verify"] for r in rows)}
+
+
+@click.command()
+@click.option("--workload", "workload_name", default="gemm-4096-fp16", show_default=True)
+@click.option("--target", default=json.dumps(H200), show_default="the H200, sm_90")
+@click.option("--samples", default=200, show_default=True, help="Per design space and sampler.")
+@click.option("--seed", default=1, show_default=True)
+@click.option("--plain-lowering", is_flag=True, help="Also lower under TVM's default pass options.")
+@click.option("--out", type=click.Path(dir_okay=False), required=True)
+def main(workload_name, target, samples, seed, plain_lowering, out) -> None:
+    import tvm
+
+    from kb_tvm.workloads import get_workload
+
+    workload = get_workload(workload_name)
+    tvm_target = tvm.target.Target(json.loads(target))
+    report = {"workload": workload_name, "target": json.loads(target), "samples": samples, "seed": seed, "runs": {}}
+    for plain in (True, False) if plain_lowering else (False,):
+        for fitted in (False, True):
+            label = ("kb" if fitted else "uniform") + (" (plain lowering)" if plain else "")
+            result = sample_yield(workload, tvm_target, samples=samples, fitted_tiles=fitted, seed=seed,
+                                  plain_lowering=plain)
+            report["runs"][label] = result
+            click.echo(f"{label:28} valid {result['valid']:4d} of {result['asked']} "
+                       f"({result['valid'] / result['asked']:.1%}); failed postprocessing {result['failed_postproc']}, "
+                       f"lowering {result['failed_lowering']}")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

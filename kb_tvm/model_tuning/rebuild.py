@@ -1,0 +1,114 @@
+"""Rebuild the tuned models of earlier runs from their candidate logs and time them with and
+without CUDA graphs, on two sets of inputs checked against onnxruntime: what graphs bring to
+each run's schedules, without tuning again.
+
+    python -m kb_tvm.model_tuning.rebuild --model bert.onnx --precision fp16 --input-shape input_ids=1x128 \
+        --log kb=kb-candidates.jsonl.gz --log stock=evolutionary-candidates.jsonl.gz --out rebuild.json
+
+Each log's tasks get their fastest logged schedule where it beats the default one, as `kb-tvm
+tune` chooses (the default schedules are timed here, on this machine). `--hopper 2m` also
+searches the Hopper template's kernels for the model's matmul tasks (sm_90, fp16/bf16) for that
+long and builds each log's model again with them as `kb-tvm tune` tries them: where they beat its
+schedules alone ("LABEL+hopper winners") and all of them ("LABEL+hopper all"); the variants
+measured go to hopper.jsonl beside --out."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.option("--model", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), default="fp32", show_default=True)
+@click.option("--input-shape", "input_shapes", multiple=True, help="As for kb-tvm tune (repeatable).")
+@click.option("--exact-math", is_flag=True, help="As for kb-tvm tune: the logs' runs must have used the same math.")
+@click.option("--target", default=None, help="As for kb-tvm tune.")
+@click.option("--log", "logs", multiple=True, metavar="LABEL=PATH",
+              help="A run's candidates.jsonl(.gz) (repeatable; none: the untuned build alone).")
+@click.option("--hopper", "hopper_budget", default=None, metavar="BUDGET",
+              help="Search the Hopper template's kernels this long (e.g. 2m) and build each log with them too.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False))
+def main(model, precision, input_shapes, exact_math, target, logs, hopper_budget, out) -> None:
+    """Rebuild tuned models from candidate logs; time them with and without CUDA graphs. Exits 1
+    if any build's outputs miss onnxruntime's."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from ..budget import TuningBudget
+    from ..measure.targets import make_target
+    from . import hopper_stage
+    from . import (
+        TOLERANCES,
+        apply_math,
+        better_than_default,
+        build,
+        example_inputs,
+        load_onnx,
+        lower_precision,
+        math_for,
+        onnxruntime_outputs,
+        parse_input_shape,
+        prepare,
+        profile_kernels,
+        run_and_time,
+        to_relax,
+    )
+    from .precision import compare_sets, model_space
+    from .replay import records_from_candidates
+
+    tvm_target = make_target(target)
+    if hopper_budget is not None and not hopper_stage.applies(tvm_target, precision):
+        raise click.UsageError("--hopper needs an sm_90 CUDA target and --precision fp16 or bf16")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    onnx_model = load_onnx(model, dict(parse_input_shape(text) for text in input_shapes))
+    math = math_for(tvm_target, exact=exact_math)
+    mod = prepare(apply_math(lower_precision(to_relax(onnx_model), precision), math), tvm_target)
+    tasks = ms.relax_integration.extract_tasks(mod, tvm_target)
+    input_sets = [example_inputs(onnx_model), example_inputs(onnx_model, seed=1)]
+    references = [onnxruntime_outputs(onnx_model, inputs)[0] for inputs in input_sets]
+    tolerance = TOLERANCES[precision]
+    result: dict = {"model": str(model), "precision": precision, "math": math, "target": str(tvm_target.export()), "builds": {}}
+
+    def timed(label: str, database, kernels=()) -> None:
+        for graphs in (True, False) if tvm_target.kind.name == "cuda" else (False,):
+            outputs, seconds = run_and_time(build(mod, tvm_target, database, cuda_graph=graphs, kernels=kernels),
+                                            tvm_target, input_sets)
+            why, worst_error = compare_sets(references, outputs, tolerance)
+            entry = {"latency_ms": seconds * 1e3, "numerics_ok": why is None, "mismatch": why,
+                     "max_abs_error": worst_error}
+            result["builds"][f"{label}, {'graphs' if graphs else 'no graphs'}"] = entry
+            click.echo(f"{label:>10} {'graphs' if graphs else 'no graphs':>9}: {seconds * 1e3:.4f} ms"
+                       + ("" if why is None else f"  MISMATCH {why}"))
+        Path(out).write_text(json.dumps(result, indent=1))
+
+    untuned = build(mod, tvm_target)
+    default_latency = profile_kernels(untuned, tvm_target, tasks)
+    timed("untuned", None)
+    found = {}
+    if hopper_budget is not None:
+        started = time.perf_counter()
+        found = hopper_stage.search_kernels(tasks, untuned, tvm_target, budget=TuningBudget(hopper_budget).start(),
+                                            work_dir=Path(out).parent, default_latency=default_latency, share=1.0,
+                                            notify=lambda e: click.echo(json.dumps(e)))
+        result["hopper"] = {"seconds": time.perf_counter() - started,
+                            "found": {n: {"seconds": c.seconds, "default_s": default_latency[n],
+                                          "tile": c.tile.describe()} for n, c in found.items()}}
+    for text in logs:
+        label, _, path = text.partition("=")
+        records = records_from_candidates(path, tasks, tvm_target, model_space(tvm_target, precision))
+        chosen, used = better_than_default(records, tasks, tvm_target, default_latency)
+        result.setdefault("tuned_tasks", {})[label] = sum(used[n] < default_latency[n] for n in used)
+        timed(label, chosen)
+        for option in hopper_stage.options(found, used)[1:]:  # as `kb-tvm tune` tries them
+            tag = "all" if len(option) == len(found) else "winners"
+            result.setdefault("hopper_tasks", {})[f"{label}+hopper {tag}"] = [c.task for c in option]
+            timed(f"{label}+hopper {tag}", chosen, [c.kernel() for c in option])
+    if not all(entry["numerics_ok"] for entry in result["builds"].values()):
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
