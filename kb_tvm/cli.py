@@ -440,8 +440,8 @@ def train_model_command(key, experience_dir, out) -> None:
 @click.option("--json-out", type=click.Path(dir_okay=False), default=None, help="Summary and anytime curve as JSON.")
 def replay_command(dataset, list_only, policy, agent_path, budget, seed, no_snap, folders, json_out) -> None:
     """Run a tuning strategy against a recorded dataset on a simulated clock: no GPU, seconds of CPU."""
+    from .agent import agent_policy
     from .replay import POLICIES, RECORDED_AS, DatasetError, ReplayEnv, catalog
-    from .replay.policies import agent_policy
 
     try:
         if list_only:
