@@ -514,7 +514,7 @@ def _dataset_head(path: Path) -> dict:
 
 
 def _register_experience() -> None:
-    from .experience_cli import experience_group
+    from .experience.cli import experience_group
 
     main.add_command(experience_group)
 
