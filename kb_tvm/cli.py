@@ -10,58 +10,23 @@ from pathlib import Path
 import click
 
 from .budget import format_seconds, parse_budget
+from .cli_options import (
+    _budget,
+    _check_repeatable,
+    _experience,
+    _experience_options,
+    _fail,
+    _pipeline_option,
+    _rpc_options,
+    _seed_options,
+)
 from .tuning import KB_STRATEGIES
-
-
-def _fail(message: str) -> None:
-    raise click.ClickException(message)
-
-
-def _budget(ctx, param, value):
-    try:
-        parse_budget(value)
-    except ValueError as err:
-        _fail(str(err))  # one line, naming the accepted forms
-    return value
 
 
 @click.group()
 @click.version_option(package_name="kb-tvm")
 def main() -> None:
     """kb_tvm: budget-aware kernel tuning for TVM MetaSchedule."""
-
-
-def _experience_options(command):
-    command = click.option("--no-experience", is_flag=True,
-                           help="Tune cold: borrow nothing from the experience library, add nothing.")(command)
-    return click.option("--experience", "experience_dir", type=click.Path(file_okay=False), default=None,
-                        help="Experience library to warm-start from and add to (kb only). "
-                        "Default: ~/.cache/kb_tvm/experience.")(command)
-
-
-def _experience(experience_dir, no_experience: bool, strategy: str):
-    from .experience import Experience
-
-    if no_experience and experience_dir:
-        _fail("--experience and --no-experience contradict each other: give one")
-    if no_experience or strategy not in KB_STRATEGIES:
-        return None
-    return Experience(experience_dir)
-
-
-def _pipeline_option(command):
-    return click.option("--pipeline", type=click.Choice(["kb", "stock"]), default="kb", show_default=True,
-                        help="Builder and runner: kb's persistent workers and measuring process, or "
-                        "MetaSchedule's LocalBuilder/LocalRunner (to separate pipeline from search).")(command)
-
-
-def _rpc_options(command):
-    command = click.option("--key", default=None,
-                           help="With --rpc: the key the measuring servers registered under.")(command)
-    return click.option(
-        "--rpc", "tracker", default=None, metavar="HOST:PORT",
-        help="Measure on every server registered at this TVM RPC tracker under --key (start them with "
-        "`kb-tvm worker`); builds stay here.")(command)
 
 
 def _rpc_runner(tracker, key, target, pipeline):
@@ -91,18 +56,6 @@ def _rpc_runner(tracker, key, target, pipeline):
         _fail(str(err))
 
 
-def _seed_options(command):
-    command = click.option(
-        "--repeatable", is_flag=True,
-        help="With --seed (kb only): draw samples from explicit seeds in a fixed order and with no time "
-        "limit on how many, so the same seed proposes the same first batch (sampling is slower).")(command)
-    return click.option(
-        "--seed", type=int, default=None,
-        help="Seeds the search's random choices (samples, mutations, ties). It cannot fix the measurements' "
-        "noise or the wall-clock budget (when phases change, when the search stops), so two runs part "
-        "once their measurements differ.")(command)
-
-
 def _show_model_event(record: dict) -> None:
     """`kb-tvm tune`'s progress, one line an event that matters to the user."""
     event = record["event"]
@@ -122,13 +75,6 @@ def _show_model_event(record: dict) -> None:
                    f"{record['default_s'] * 1e3:.4f}) with {record['tile']}")
     elif event == "hopper_skip":
         click.echo(f"Hopper template: {record['task']} skipped: {record['why']}")
-
-
-def _check_repeatable(repeatable: bool, seed, strategy: str) -> None:
-    if repeatable and seed is None:
-        _fail("--repeatable needs --seed N")
-    if repeatable and strategy not in KB_STRATEGIES:
-        _fail("--repeatable applies to --strategy kb or agent (stock MetaSchedule draws samples on several threads)")
 
 
 def _show_event(record: dict) -> None:
@@ -440,8 +386,8 @@ def train_model_command(key, experience_dir, out) -> None:
 @click.option("--json-out", type=click.Path(dir_okay=False), default=None, help="Summary and anytime curve as JSON.")
 def replay_command(dataset, list_only, policy, agent_path, budget, seed, no_snap, folders, json_out) -> None:
     """Run a tuning strategy against a recorded dataset on a simulated clock: no GPU, seconds of CPU."""
+    from .agent import agent_policy
     from .replay import POLICIES, RECORDED_AS, DatasetError, ReplayEnv, catalog
-    from .replay.policies import agent_policy
 
     try:
         if list_only:
@@ -514,7 +460,7 @@ def _dataset_head(path: Path) -> dict:
 
 
 def _register_experience() -> None:
-    from .experience_cli import experience_group
+    from .experience.cli import experience_group
 
     main.add_command(experience_group)
 

@@ -264,20 +264,20 @@ def template_region(workload, target, budget: TuningBudget, work_dir: Path, *, r
                     on_event: Callable[[dict], None] = lambda record: None):
     """The Hopper template (schedules/hopper_gemm.py) as a region of this task, measured before
     MetaSchedule's: for an fp16/bf16 GEMM the template computes, on a local sm_90 GPU, kb's
-    variant search (search/hopper_variants.py) with at most `hopper_stage.SHARE_OF_BUDGET` of
+    variant search (search/hopper_variants.py) with at most `hopper_task.SHARE_OF_BUDGET` of
     the budget, each variant checked against the workload's own TIR (dlight's default schedule)
     on two input sets before it is timed. Returns the best right variant (a HopperChoice; every
     measured one is a line of work_dir/hopper.jsonl), or None where the template does not apply.
     The variants are not MetaSchedule schedules: MetaSchedule's search then runs with the
     variant's seconds as the bar to beat."""
     from .measure.remote import RemoteMeasurer
-    from .model_tuning import hopper_stage
+    from .search import hopper_task
     from .search.hopper_match import NotAHopperGemm, match_fused_gemm
 
     def skip(why: str) -> None:
         on_event({"event": "hopper_skip", "task": _task_name(workload), "why": why})
 
-    if not hopper_stage.on_hopper(target):
+    if not hopper_task.on_hopper(target):
         return None
     if isinstance(getattr(runner, "measurer", None), RemoteMeasurer):
         skip("measuring through an RPC tracker: the template's variants are measured on a local GPU")
@@ -297,11 +297,11 @@ def template_region(workload, target, budget: TuningBudget, work_dir: Path, *, r
             on_measured(None if record["seconds"] is None else record["seconds"] * 1e3)
         on_event(record)
 
-    stop_at = budget.spent + hopper_stage.SHARE_OF_BUDGET * budget.remaining
-    choice = hopper_stage.search_task(fused, _task_name(workload), target, device,
-                                      lambda arrays: hopper_stage.task_output(reference, "main", arrays, device),
+    stop_at = budget.spent + hopper_task.SHARE_OF_BUDGET * budget.remaining
+    choice = hopper_task.search_task(fused, _task_name(workload), target, device,
+                                      lambda arrays: hopper_task.task_output(reference, "main", arrays, device),
                                       until=lambda: budget.spent >= stop_at, work_dir=work_dir,
-                                      earlier=hopper_stage.read_rows(work_dir), notify=notify)
+                                      earlier=hopper_task.read_rows(work_dir), notify=notify)
     if choice is not None:
         on_event({"event": "hopper_best", "task": choice.task, "seconds": choice.seconds,
                   "tile": choice.tile.describe()})

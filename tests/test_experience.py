@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from kb_tvm.experience import SCHEMA_VERSION, Experience, ExperienceWarning, default_path
-from kb_tvm.experience_cli import experience_group
+from kb_tvm.experience.cli import experience_group
 
 # opaque bytes (CRLF, a non-UTF-8 byte): the library must copy them untouched
 WORKLOAD_BYTES = b'["workload", 1]\r\n\xff{"not": "parsed"}\n'

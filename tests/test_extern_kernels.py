@@ -112,7 +112,8 @@ def test_a_kernel_for_a_task_the_model_does_not_have_is_refused():
 
 
 def test_the_sets_of_hopper_kernels_a_tuned_model_tries():
-    from kb_tvm.model_tuning.hopper_stage import HopperChoice, options
+    from kb_tvm.model_tuning.hopper_stage import options
+    from kb_tvm.search.hopper_task import HopperChoice
 
     found = {name: HopperChoice(task=name, fused=None, tile=None, seconds=seconds)
              for name, seconds in (("qkv", 5e-6), ("ffn_up", 7e-6))}
@@ -156,7 +157,7 @@ def test_the_hopper_stage_serves_half_precision_on_sm90_only():
 def test_measured_variants_are_read_back_and_a_torn_last_line_is_measured_again(tmp_path):
     import json
 
-    from kb_tvm.model_tuning.hopper_stage import FILE_NAME, read_rows
+    from kb_tvm.search.hopper_task import FILE_NAME, read_rows
     from kb_tvm.search.hopper_variants import VariantSearch
 
     row = {"task": "t", **VariantSearch.record(__import__("kb_tvm.schedules.hopper_gemm", fromlist=["GemmTile"])

@@ -205,17 +205,12 @@ class _NoBans:
         return []
 
 
-def agent_policy(path=None) -> RulesPolicy:
-    """kb's search steered by a trained agent (default: the one shipped in kb_tvm/models)."""
-    from ..agent import MacroPolicy
-
-    return RulesPolicy(steer=MacroPolicy.load() if path is None else MacroPolicy.load(path))
-
-
 # whose recorded batches a policy's clock is charged like (its search's own time per batch)
 RECORDED_AS = {"rules": "kb", "agent": "kb", "evolutionary": "evolutionary", "random": "random"}
 
-POLICIES = {"rules": RulesPolicy, "agent": agent_policy, "evolutionary": EvolutionaryPolicy, "random": RandomPolicy}
+# the agent's policy (kb's search steered by a trained agent) is kb_tvm.agent.agent_policy: the agent
+# is built on the replay, so the replay does not import it
+POLICIES = {"rules": RulesPolicy, "evolutionary": EvolutionaryPolicy, "random": RandomPolicy}
 
 
 def _values_by_place(env: ReplayEnv) -> dict[tuple[str, int], list[str]]:

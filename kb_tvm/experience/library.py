@@ -1,71 +1,45 @@
-"""The experience library: what earlier tuning runs learned, kept per tuned workload so a later
-run can warm-start instead of searching from nothing.
-
-Each entry holds one workload tuned on one target: the target, the TVM version, the workload's
-description (name, op kind, dtypes, shapes, a log2 shape-feature vector, a hash), the best
-latency found, the time and trials spent, the best-latency trajectory, the regions that won, the
-measured costs, TVM's own JSONDatabase files for the workload, and optionally the cost-model
-training samples (features and log-latencies).
-
-Layout on disk::
-
-    <root>/entries/<id>/entry.json                   the fields of ExperienceEntry + "schema"
-    <root>/entries/<id>/database_workload.json       TVM JSONDatabase files, copied byte for byte
-    <root>/entries/<id>/database_tuning_record.json  (kept opaque: TVM owns their format)
-    <root>/entries/<id>/samples.json                 optional: {"feature_version", "rows": [[y, [x...]]]}
-    <root>/staging/<name>                            entries being written or removed; never read
-
-Schema rule: every entry.json says which SCHEMA_VERSION wrote it; a reader skips (with an
-ExperienceWarning) any entry of another version rather than guess at its meaning. Bump the
-version whenever a field changes meaning or a new field becomes required.
-
-No pickle: a library file may come from someone else (`import_`), and unpickling runs code.
-Everything here is JSON, so a library is data, never code.
-
-No lock: an entry is written completely in <root>/staging/<id> and then renamed into
-<root>/entries/<id>. A rename is atomic on POSIX, and ids are unique, so concurrent writers
-(threads or processes) never touch the same directory and a reader sees either a whole entry or
-none; a crash leaves at most a staging directory, which readers ignore and `prune` removes once
-it is an hour old (a live writer's is seconds old).
-"""
+"""The experience library (Experience): adding entries without a lock, reading them, the nearest
+workloads to a new one, pruning, and sharing entries as .tar.gz archives."""
 
 from __future__ import annotations
 
 import gzip
 import json
-import math
 import os
 import re
-import reprlib
 import shutil
 import tarfile
 import time
 import uuid
 import warnings
 import zlib
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 
 import numpy as np
 
-SCHEMA_VERSION = 1
+from .entries import ExperienceEntry, ExperienceWarning, _created, _read_entry, _reason, _warn_skip
+from .schema import (
+    _COST_KEYS,
+    _DATABASE_FILES,
+    _ENTRY_FILE,
+    _ENTRY_FILES,
+    _ID_RE,
+    _SAMPLES_FILE,
+    SCHEMA_VERSION,
+    _check,
+    _check_record,
+    _check_samples,
+    _check_workload,
+    _is_int,
+    _is_number,
+    _plain,
+    _round6,
+    _short,
+)
 
-_ENTRY_FILE = "entry.json"
-_DATABASE_FILES = ("database_workload.json", "database_tuning_record.json")
-_SAMPLES_FILE = "samples.json"
-_ENTRY_FILES = frozenset((_ENTRY_FILE, *_DATABASE_FILES, _SAMPLES_FILE))
-_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-_WORKLOAD_KEYS = ("name", "op_kind", "dtypes", "vector", "shapes", "hash")
-_COST_KEYS = ("per_batch_s", "per_candidate_s", "per_run_second")
-_FIELDS = ("id", "created", "target_kind", "target", "tvm_version", "workload", "best_latency_s",
-           "seconds", "trials", "trajectory", "regions_won", "costs")
 # A staging directory untouched this long belongs to a crashed writer, not a live one
 _STALE_STAGING_S = 3600.0
-
-
-class ExperienceWarning(UserWarning):
-    """An entry was skipped because it cannot be read; the message names it and says why."""
 
 
 def default_path() -> Path:
@@ -76,224 +50,10 @@ def default_path() -> Path:
     return base / "kb_tvm" / "experience"
 
 
-# ---------------------------------------------------------------- validation (shared by writers and readers)
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check(ok: bool, message: str) -> None:
-    if not ok:
-        raise ValueError(message)
-
-
-def _short(value) -> str:
-    # a long vector or trajectory is shortened ("[1, 2, 3, 4, 5, 6, ...]"): one short line, cheap to build
-    return reprlib.repr(value)
-
-
-def _check_workload(workload) -> None:
-    _check(isinstance(workload, dict), f"workload={_short(workload)}: workload must be a dict")
-    missing = [key for key in _WORKLOAD_KEYS if key not in workload]
-    _check(not missing,
-           f"workload is missing {', '.join(missing)}: workload needs {', '.join(_WORKLOAD_KEYS)}")
-    for key in ("name", "op_kind", "hash"):
-        value = workload[key]
-        _check(isinstance(value, str) and value != "",
-               f"workload {key}={_short(value)}: {key} must be a non-empty string")
-    dtypes = workload["dtypes"]
-    _check(isinstance(dtypes, list) and all(isinstance(d, str) for d in dtypes),
-           f"workload dtypes={_short(dtypes)}: dtypes must be a list of strings")
-    vector = workload["vector"]
-    _check(isinstance(vector, list) and all(_is_number(v) for v in vector),
-           f"workload vector={_short(vector)}: vector must be a list of finite numbers")
-    shapes = workload["shapes"]
-    _check(isinstance(shapes, list) and all(isinstance(s, list) and all(_is_int(d) for d in s) for s in shapes),
-           f"workload shapes={_short(shapes)}: shapes must be a list of lists of ints")
-
-
-def _check_record(record: dict) -> None:
-    """Raises a one-line ValueError naming the first bad field of an entry.json record."""
-    entry_id = record["id"]
-    _check(isinstance(entry_id, str) and _ID_RE.fullmatch(entry_id) is not None,
-           f"id={_short(entry_id)}: id must be letters, digits, '.', '_' or '-', not starting with '.', '_' or '-'")
-    created = record["created"]
-    try:
-        datetime.fromisoformat(created)
-    except (TypeError, ValueError):
-        raise ValueError(f"created={_short(created)}: created must be an ISO-8601 time") from None
-    target = record["target"]
-    _check(isinstance(target, dict) and isinstance(target.get("kind"), str) and target["kind"] != "",
-           f"target={_short(target)}: target must be a dict with a non-empty 'kind'")
-    _check(record["target_kind"] == target["kind"],
-           f"target_kind={_short(record['target_kind'])}: target_kind must equal target['kind']")
-    version = record["tvm_version"]
-    _check(isinstance(version, str) and version != "",
-           f"tvm_version={_short(version)}: tvm_version must be a non-empty string")
-    _check_workload(record["workload"])
-    best = record["best_latency_s"]
-    _check(_is_number(best) and best > 0,
-           f"best_latency_s={_short(best)}: best_latency_s must be finite and > 0")
-    seconds = record["seconds"]
-    _check(_is_number(seconds) and seconds >= 0, f"seconds={_short(seconds)}: seconds must be finite and >= 0")
-    trials = record["trials"]
-    _check(_is_int(trials) and trials >= 0, f"trials={_short(trials)}: trials must be an int >= 0")
-    trajectory = record["trajectory"]
-    _check(isinstance(trajectory, list) and all(
-        isinstance(p, list) and len(p) == 2 and _is_number(p[0]) and p[0] >= 0 and _is_number(p[1]) and p[1] > 0
-        for p in trajectory),
-        f"trajectory={_short(trajectory)}: trajectory must be [[seconds >= 0, latency > 0], ...]")
-    times = [p[0] for p in trajectory]
-    _check(times == sorted(times),
-           f"trajectory seconds={_short(times)}: trajectory seconds must be non-decreasing")
-    regions = record["regions_won"]
-    _check(isinstance(regions, list) and all(isinstance(r, str) for r in regions),
-           f"regions_won={_short(regions)}: regions_won must be a list of strings")
-    costs = record["costs"]
-    _check(isinstance(costs, dict) and all(_is_number(costs.get(k)) and costs[k] >= 0 for k in _COST_KEYS),
-           f"costs={_short(costs)}: costs must hold finite numbers >= 0 for {', '.join(_COST_KEYS)}")
-
-
-def _json_default(value):
-    # numpy scalars and arrays from the tuner become plain JSON numbers and lists
-    if isinstance(value, (np.generic, np.ndarray)):
-        return value.tolist()
-    raise TypeError(f"{type(value).__name__} is not JSON data")
-
-
-def _plain(name: str, value):
-    """`value` as plain JSON data (numpy scalars converted), or a ValueError naming it."""
-    try:
-        return json.loads(json.dumps(value, default=_json_default, allow_nan=False))
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{name}={_short(value)}: {name} must be JSON data ({err})") from None
-
-
-def _check_samples(samples) -> tuple[str, np.ndarray, np.ndarray]:
-    _check(isinstance(samples, tuple) and len(samples) == 3,
-           f"samples={_short(samples)}: samples must be (feature_version, X, y) or None")
-    version, x, y = samples
-    _check(isinstance(version, str) and version != "",
-           f"samples feature_version={version!r}: feature_version must be a non-empty string")
-    try:
-        x = np.asarray(x, dtype=float)
-        y = np.asarray(y, dtype=float)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"samples: X and y must be numeric arrays ({err})") from None
-    _check(x.ndim == 2, f"samples X has shape {x.shape}: X must be 2-D [n x d]")
-    _check(y.ndim == 1, f"samples y has shape {y.shape}: y must be 1-D [n]")
-    _check(x.shape[0] == len(y),
-           f"samples X has {x.shape[0]} rows, y has {len(y)} values: X rows must equal len(y)")
-    _check(len(y) >= 1, "samples have 0 rows: samples must hold at least one row (pass samples=None instead)")
-    _check(bool(np.isfinite(x).all() and np.isfinite(y).all()),
-           "samples hold NaN or inf: X and y must be finite")
-    return version, x, y
-
-
-def _round6(value: float) -> float:
-    return float(f"{value:.6g}")  # 6 significant digits: plenty for a cost model, files stay small
-
-
-# ---------------------------------------------------------------- entries
-
-@dataclass(frozen=True)
-class ExperienceEntry:
-    """One tuned workload, read from <root>/entries/<id>/."""
-
-    id: str
-    created: str
-    target_kind: str
-    target: dict
-    tvm_version: str
-    workload: dict
-    best_latency_s: float
-    seconds: float
-    trials: int
-    trajectory: list
-    regions_won: list
-    costs: dict
-    path: Path
-
-    def database_paths(self) -> tuple[Path, Path]:
-        """(workload file, tuning-record file) of the entry's TVM JSONDatabase."""
-        return self.path / _DATABASE_FILES[0], self.path / _DATABASE_FILES[1]
-
-    def database(self):
-        """The entry's records as a TVM JSONDatabase (imports TVM, which takes seconds)."""
-        from tvm.s_tir.meta_schedule.database import JSONDatabase
-
-        workload, records = self.database_paths()
-        return JSONDatabase(path_workload=str(workload), path_tuning_record=str(records), allow_missing=False)
-
-    def samples(self) -> tuple[str, np.ndarray, np.ndarray] | None:
-        """(feature_version, X [n x d], y [n] log-latency), or None when the entry has none or
-        they cannot be read (that with an ExperienceWarning)."""
-        path = self.path / _SAMPLES_FILE
-        if not path.is_file():
-            return None
-        try:
-            data = json.loads(path.read_bytes())
-            rows = data["rows"]
-            x = np.array([row[1] for row in rows], dtype=float)
-            y = np.array([row[0] for row in rows], dtype=float)
-            return _check_samples((data["feature_version"], x, y))
-        except (OSError, ValueError, TypeError, KeyError, IndexError) as err:
-            warnings.warn(f"skipping samples of {self.path}: {_reason(err)}", ExperienceWarning, stacklevel=2)
-            return None
-
-    def summary(self) -> dict:
-        """Everything but `path`, as JSON data (a copy: changing it leaves the entry alone)."""
-        return json.loads(json.dumps({name: getattr(self, name) for name in _FIELDS}))
-
-
-def _reason(err: Exception) -> str:
-    return str(err).splitlines()[0] if str(err) else type(err).__name__
-
-
-def _read_entry(directory: Path) -> ExperienceEntry:
-    """The entry in `directory`, or a ValueError saying why it cannot be read."""
-    try:
-        raw = (directory / _ENTRY_FILE).read_bytes()
-    except FileNotFoundError:
-        raise ValueError(f"no {_ENTRY_FILE}") from None
-    try:
-        record = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as err:
-        raise ValueError(f"{_ENTRY_FILE} is not JSON ({_reason(err)})") from None
-    _check(isinstance(record, dict), f"{_ENTRY_FILE} is not a JSON object")
-    _check("schema" in record, f"{_ENTRY_FILE} has no schema field")
-    _check(_is_int(record["schema"]) and record["schema"] == SCHEMA_VERSION,
-           f"written by schema {record['schema']}, this kb_tvm reads {SCHEMA_VERSION}")
-    missing = [name for name in _FIELDS if name not in record]
-    _check(not missing, f"missing fields {', '.join(missing)}")
-    _check_record(record)
-    _check(record["id"] == directory.name, f"id={record['id']!r}: id must equal its directory name")
-    absent = [name for name in _DATABASE_FILES if not (directory / name).is_file()]
-    _check(not absent, f"missing {', '.join(absent)}")
-    return ExperienceEntry(**{name: record[name] for name in _FIELDS}, path=directory)
-
-
-def _created(entry: ExperienceEntry) -> tuple[datetime, str]:
-    when = datetime.fromisoformat(entry.created)
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return when, entry.id  # the id breaks exact ties so the order is stable
-
-
-def _warn_skip(directory: Path, err: Exception) -> None:
-    warnings.warn(f"skipping {directory}: {_reason(err)}", ExperienceWarning, stacklevel=2)
-
-
 def _safe_member(name: str) -> bool:
     path = PurePosixPath(name)
     return not path.is_absolute() and ".." not in path.parts and "\\" not in name
 
-
-# ---------------------------------------------------------------- the library
 
 class Experience:
     """The experience library at `path` (default: default_path()); created on first write."""

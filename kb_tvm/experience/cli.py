@@ -12,7 +12,8 @@ from pathlib import Path
 
 import click
 
-from .experience import Experience, ExperienceWarning, default_path
+from .entries import ExperienceWarning
+from .library import Experience, default_path
 
 
 @contextmanager
