@@ -80,7 +80,7 @@ def options(found: dict[str, HopperChoice], used_latency: dict[str, float]) -> l
     work of each call (TVM encodes both TMA descriptors on every call) and so understates it for
     a CUDA-graph build, which does that work once: on BERT-base, stock's schedules with all four
     matmul kernels ran 0.797 ms in graphs, against 1.026 without them, where the kernels alone
-    won only one of four against kb's (bench-results/h200-issue12/run7)."""
+    won only one of four against kb's (H200, fp16)."""
     out: list[list[HopperChoice]] = []
     for kernels in ([], choose(found, used_latency), [c for _, c in sorted(found.items())]):
         if [c.task for c in kernels] not in [[c.task for c in o] for o in out]:

@@ -1,6 +1,6 @@
 """Datasets from candidate logs: every workload (and target) the logs hold becomes one dataset.
 
-    python -m kb_tvm.replay.build bench-results/datasets/cpu/*-candidates.jsonl.gz --out datasets
+    python -m kb_tvm.replay.build kb-work/*/candidates.jsonl --out datasets
 
 A dataset is named TARGETKIND-[PREFIX]TASK (e.g. llvm-gemm_512). Workloads with fewer than
 --min-points distinct schedules are left out (a model's trivial tasks).
