@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
 
-from ..search.options import check_option
+from ..arguments import check_option
 from .pipeline import BuildPool
 from .workers import argument_signature, built_arguments, cuda_compiler
 

@@ -39,7 +39,7 @@ class RecordDatabase(PyDatabase):
         self._records: dict[tuple[int, str], TuningRecord] = {}  # (workload, trace) -> merged
         for record in self._store.get_all_tuning_records():
             self._merge(record)
-        _RECORD_DATABASES.add(self)  # MetaSchedule hands strategies a bare handle: find the folder
+        RECORD_DATABASES.add(self)  # MetaSchedule hands strategies a bare handle: find the folder
 
     @property
     def path_tuning_record(self) -> Path:
@@ -99,7 +99,7 @@ class RecordDatabase(PyDatabase):
             shutil.rmtree(staging, ignore_errors=True)
 
 
-_RECORD_DATABASES: weakref.WeakSet = weakref.WeakSet()
+RECORD_DATABASES: weakref.WeakSet = weakref.WeakSet()
 
 
 def _workload_key(workload) -> int:

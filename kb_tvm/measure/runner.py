@@ -6,7 +6,7 @@ from __future__ import annotations
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.runner import PyRunner, PyRunnerFuture, RunnerResult
 
-from ..search.options import check_option
+from ..arguments import check_option
 from .pipeline import Measurer
 from .remote import RemoteMeasurer
 from .timing import TimingPolicy

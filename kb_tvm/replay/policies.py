@@ -109,7 +109,7 @@ class EvolutionaryPolicy(ReplayPolicy):
 
 class RulesPolicy(ReplayPolicy):
     """kb's search as it runs on a GPU or CPU, on the dataset; `steer`: a meta-policy choosing
-    its macro-actions (kb_tvm.agent; None: the rules alone); `outside_best_s`: a latency the
+    its macro-actions (the agent wing's; None: the rules alone); `outside_best_s`: a latency the
     task already has outside the dataset's space (as the Hopper template gives tune-op)."""
 
     name = "rules"
@@ -208,8 +208,8 @@ class _NoBans:
 # whose recorded batches a policy's clock is charged like (its search's own time per batch)
 RECORDED_AS = {"rules": "kb", "agent": "kb", "evolutionary": "evolutionary", "random": "random"}
 
-# the agent's policy (kb's search steered by a trained agent) is kb_tvm.agent.agent_policy: the agent
-# is built on the replay, so the replay does not import it
+# the agent's policy (kb's search steered by a trained agent) is the agent wing's `agent_policy`: the
+# agent is built on the replay, so the replay does not import it
 POLICIES = {"rules": RulesPolicy, "evolutionary": EvolutionaryPolicy, "random": RandomPolicy}
 
 

@@ -1,9 +1,11 @@
-"""The search's knobs, each with its meaning, and their validation (`validated_options`,
-`check_option`: plain Python, no TVM)."""
+"""The search's knobs, each with its meaning, and their validation (`validated_options`: plain
+Python, no TVM)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+
+from ..arguments import check_option
 
 
 @dataclass(frozen=True)
@@ -49,11 +51,6 @@ class SearchOptions:
     # WMMA tensor-core sketches: draw tile decisions that fit the GPU's warps and shared memory
     # (tensor_core_tiles.py) instead of uniformly as MetaSchedule does (~95% of those fail)
     fitted_tiles: bool = True
-
-
-def check_option(name: str, value, ok: bool, rule: str) -> None:
-    if not ok:
-        raise ValueError(f"{name}={value!r}: {rule}")
 
 
 def validated_options(**given) -> SearchOptions:

@@ -11,14 +11,15 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.search_strategy import PySearchStrategy, SearchStrategy
 
 from .. import warm_start
+from ..arguments import check_option
 from ..budget import TuningBudget
 from ..decision_log import DecisionLog, earlier_events
 from ..experience import Experience
-from ..measure.database import _RECORD_DATABASES
+from ..measure.database import RECORD_DATABASES
 from ..measure.records import mean_seconds, record_latency
 from ..templates import load_templates
 from .candidates import FEATURE_VERSION, CandidateFactory
-from .options import check_option, validated_options
+from .options import validated_options
 from .task import TaskSearch
 
 
@@ -81,7 +82,7 @@ class KBSearch(PySearchStrategy):
         log_dir = self.log_dir
         if log_dir is None:
             path = getattr(database, "path_workload", None) or next(
-                (d.path_workload for d in list(_RECORD_DATABASES) if d._outer().same_as(database)), None)
+                (d.path_workload for d in list(RECORD_DATABASES) if d._outer().same_as(database)), None)
             log_dir = os.path.join(os.path.dirname(path) if path else os.getcwd(), "kb_logs")
         task_name = self.context.task_name or "task"
         listener = None

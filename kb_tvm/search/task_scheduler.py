@@ -11,10 +11,10 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.task_scheduler import PyTaskScheduler
 
 from .. import allocation, warm_start
+from ..arguments import check_option
 from ..budget import TuningBudget
 from ..experience import Experience
 from ..measure.records import mean_seconds
-from .options import check_option
 
 if TYPE_CHECKING:
     from ..measure.runner import KBRunner
