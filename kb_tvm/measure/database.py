@@ -99,6 +99,7 @@ class RecordDatabase(PyDatabase):
             shutil.rmtree(staging, ignore_errors=True)
 
 
+# every RecordDatabase alive: MetaSchedule hands a strategy a bare handle, whose folder KBSearch finds here
 RECORD_DATABASES: weakref.WeakSet = weakref.WeakSet()
 
 
