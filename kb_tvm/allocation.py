@@ -24,7 +24,10 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-TRIVIAL = "trivial"  # a retirement by share of model time: revocable, since shares move
+# what a batch is taken to cost a task that never ran one (revived before its first batch):
+# about one batch of 16 candidates on a CPU
+UNTIMED_BATCH_SECONDS = 10.0
+TRIVIAL = "trivial"  # how a retirement by share of model time reads (revocable: `parked`)
 
 
 @dataclass
@@ -40,15 +43,12 @@ class TaskStats:
     improvements: list[float] = field(default_factory=list)  # relative gain of each batch after the first
     batch_seconds: list[float] = field(default_factory=list)
     retired: str | None = None  # why it gets no more seconds
+    # retired as trivial (by its share of model time): it keeps its search and comes back if its share grows
+    parked: bool = False
     revivals: int = 0  # times it came back from a trivial retirement
     best_tuned: float | None = None  # the search's best, seconds, even where the default is faster
     # improvement curves of similar workloads tuned before (experience library)
     borrowed_improvements: list[list[float]] = field(default_factory=list)
-
-    @property
-    def parked(self) -> bool:
-        """Retired as trivial: it keeps its search, and comes back if its share grows."""
-        return (self.retired or "").startswith(TRIVIAL)
 
     @property
     def batches(self) -> int:
@@ -148,12 +148,22 @@ class Choice:
     gain_per_second: dict[int, float]
     retired: dict[int, str]
     revived: dict[int, str] = field(default_factory=dict)  # trivial before, a bottleneck now
+    parked: frozenset[int] = frozenset()  # those of `retired` retired as trivial (revocable)
+
+
+def apply_choice(tasks: list[TaskStats], choice: Choice) -> None:
+    """The choice's revivals and retirements, on the tasks' statistics."""
+    for index in choice.revived:
+        tasks[index].retired, tasks[index].parked = None, False
+        tasks[index].revivals += 1
+    for index, why in choice.retired.items():
+        tasks[index].retired, tasks[index].parked = why, index in choice.parked
 
 
 def choose_next(
     tasks: list[TaskStats],
     *,
-    default_batch_seconds: float,
+    default_batch_seconds: float = UNTIMED_BATCH_SECONDS,
     seconds_left: float,
     floor_share: float = 0.02,
     min_gain_left: float = 0.005,
@@ -181,15 +191,17 @@ def choose_next(
                and t.model_seconds / model_time >= floor_share}
     live = [i for i, t in enumerate(tasks) if (t.retired is None or i in revived) and i not in busy]
     retired: dict[int, str] = {}
+    parked: set[int] = set()
     untried = [i for i in live if tasks[i].batches == 0]
     for i in untried:
         if tasks[i].latency_default is not None and tasks[i].model_seconds / model_time < floor_share:
             retired[i] = (f"{TRIVIAL}: {tasks[i].model_seconds / model_time:.1%} of model time under its default "
                           f"schedule (floor {floor_share:.0%}), keeps it")
+            parked.add(i)
     untried = [i for i in untried if i not in retired]
     if untried:  # one batch each first, the most model time (or FLOPs, untimed) first
         pick = max(untried, key=lambda i: (tasks[i].model_seconds or 0.0, tasks[i].weight * tasks[i].flop))
-        return Choice(pick, "first batch: measuring its latency", {}, retired, revived)
+        return Choice(pick, "first batch: measuring its latency", {}, retired, revived, frozenset(parked))
     graph = similarity_graph(tasks)
     gains: dict[int, float] = {}
     for i in live:
@@ -202,6 +214,7 @@ def choose_next(
         share = task.model_seconds / model_time
         if share < floor_share:
             retired[i] = f"{TRIVIAL}: {share:.1%} of model time (floor {floor_share:.0%}), kept its first batch"
+            parked.add(i)
             continue
         if default_unbeaten(task):
             retired[i] = (f"its default schedule is unbeaten after {task.batches} batches (best tuned "
@@ -217,7 +230,7 @@ def choose_next(
                           f"{gains[i] * seconds_left:.2%} in the {seconds_left:.0f} s left (< {min_gain_left:.1%})")
     candidates = {i: g for i, g in gains.items() if i not in retired}
     if not candidates:
-        return Choice(None, "no task is worth more seconds", gains, retired, revived)
+        return Choice(None, "no task is worth more seconds", gains, retired, revived, frozenset(parked))
     pick = max(candidates, key=candidates.get)
     return Choice(pick, f"highest expected gain per second ({candidates[pick]:.2e} of model time/s)",
-                  gains, retired, revived)
+                  gains, retired, revived, frozenset(parked))

@@ -1,6 +1,6 @@
 import pytest
 
-from kb_tvm.allocation import TaskStats, choose_next, op_kind, predicted_improvement, similarity_graph
+from kb_tvm.allocation import TaskStats, apply_choice, choose_next, op_kind, predicted_improvement, similarity_graph
 
 
 def simulate(tasks, latency_curves, budget_seconds, batch_seconds=10.0, **kwargs):
@@ -9,11 +9,7 @@ def simulate(tasks, latency_curves, budget_seconds, batch_seconds=10.0, **kwargs
     picks = []
     while spent < budget_seconds:
         choice = choose_next(tasks, default_batch_seconds=batch_seconds, seconds_left=budget_seconds - spent, **kwargs)
-        for index in choice.revived:  # as KBTaskScheduler does
-            tasks[index].retired = None
-            tasks[index].revivals += 1
-        for index, why in choice.retired.items():
-            tasks[index].retired = why
+        apply_choice(tasks, choice)  # as KBTaskScheduler does
         if choice.task is None:
             break
         task = tasks[choice.task]
@@ -98,8 +94,8 @@ def test_default_schedule_timings_let_trivial_tasks_skip_tuning_and_order_the_ho
              TaskStats("softmax", weight=1, flop=1e8, latency_default=4e-4)]
     choice = choose_next(tasks, default_batch_seconds=10, seconds_left=300)
     assert choice.task == 1 and choice.why.startswith("first batch")  # the most model time first
-    assert set(choice.retired) == {0} and "default schedule" in choice.retired[0]
-    tasks[0].retired = choice.retired[0]
+    assert set(choice.retired) == {0} and "default schedule" in choice.retired[0] and choice.parked == {0}
+    apply_choice(tasks, choice)
     tasks[1].record_batch(10.0, 16, 0.4e-3)
     assert choose_next(tasks, default_batch_seconds=10, seconds_left=300).task == 2
     assert tasks[0].batches == 0  # kept its default schedule, no seconds spent
@@ -132,11 +128,12 @@ def test_a_task_skipped_as_trivial_gets_seconds_once_the_others_made_it_a_bottle
              TaskStats("fused_matmul_small", weight=1, flop=1e7, latency_default=0.15e-3)]
     curves = [[10e-3 * 0.5**k for k in range(5)] + [0.5e-3] * 40, [0.15e-3 * 0.8**k for k in range(40)]]
     first = choose_next(tasks, default_batch_seconds=10, seconds_left=300)
-    assert first.task == 0 and first.retired[1].startswith("trivial")
+    assert first.task == 0 and first.retired[1].startswith("trivial") and first.parked == {1}
     picks, _ = simulate(tasks, curves, budget_seconds=300)
     assert tasks[1].batches >= 2 and tasks[1].latency < 0.15e-3
     assert picks.index(1) == 2  # once the big one went 10 -> 5 ms: the small one is then 2.9%
-    tasks[0].latency, tasks[1].retired = 10e-3, "trivial: 1.5% of model time"  # were the big one slow again
+    # were the big one slow again
+    tasks[0].latency, tasks[1].retired, tasks[1].parked = 10e-3, "trivial: 1.5% of model time", True
     assert choose_next(tasks, default_batch_seconds=10, seconds_left=300).revived == {}
 
 

@@ -86,15 +86,13 @@ class KBTaskScheduler(PyTaskScheduler):
                     self._emit("retire", task=self.stats[index].name, why="its search stopped")
             if self.budget.exhausted:
                 return self._finish("budget spent")
-            choice = allocation.choose_next(self.stats, default_batch_seconds=10.0,
-                                            seconds_left=self.budget.remaining, floor_share=self.floor_share,
-                                            min_gain_left=self.min_gain_left, busy=frozenset(self.in_flight))
+            choice = allocation.choose_next(self.stats, seconds_left=self.budget.remaining,
+                                            floor_share=self.floor_share, min_gain_left=self.min_gain_left,
+                                            busy=frozenset(self.in_flight))
+            allocation.apply_choice(self.stats, choice)
             for index, why in choice.revived.items():
-                self.stats[index].retired = None
-                self.stats[index].revivals += 1
                 self._emit("revive", task=self.stats[index].name, why=why)
             for index, why in choice.retired.items():
-                self.stats[index].retired = why
                 if not self.stats[index].parked:  # a trivial task may come back: its search stays
                     scheduler.terminate_task(index)
                 self._emit("retire", task=self.stats[index].name, why=why)
