@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from kb_tvm.search import decisions
+from kb_tvm.search import decisions, stopping
 from kb_tvm.search.decisions import FailureModel, MeasurementCost, RegionStats
 
 
@@ -75,8 +75,8 @@ def test_batch_size_fits_what_is_left():
     assert decisions.batch_size(1000, cost, preferred=64, minimum=4) == 64
     assert decisions.batch_size(40, cost, preferred=64, minimum=4) == 40
     assert decisions.batch_size(2, cost, preferred=64, minimum=4) == 4
-    assert decisions.overruns(remaining_seconds=2, batch_seconds=10)
-    assert not decisions.overruns(remaining_seconds=6, batch_seconds=10)
+    assert stopping.overruns(remaining_seconds=2, batch_seconds=10)
+    assert not stopping.overruns(remaining_seconds=6, batch_seconds=10)
 
 
 def test_failure_model_learns_which_decisions_fail():
@@ -92,12 +92,12 @@ def test_failure_model_learns_which_decisions_fail():
 
 
 def test_stop_rule_needs_the_rest_of_the_budget_to_pay():
-    assert decisions.worth_continuing(1e-3, 100.0, 0.005)
-    assert not decisions.worth_continuing(1e-5, 100.0, 0.005)
+    assert stopping.worth_continuing(1e-3, 100.0, 0.005)
+    assert not stopping.worth_continuing(1e-5, 100.0, 0.005)
 
 
 def test_the_pace_toward_a_kernel_outside_the_space_extrapolates_the_best_in_log_time():
-    from kb_tvm.search.decisions import pace_toward
+    from kb_tvm.search.stopping import pace_toward
 
     # a best that halves with every doubling of the search's seconds: ln 2 of gain per ln 2 of time
     trajectory = [[t, 1e-3 / t] for t in (10.0, 20.0, 40.0)]

@@ -1,5 +1,5 @@
 """The search's decisions as plain Python: region ranking, proposal scoring, the cost of
-a measurement, failure learning, batch sizing and the stop rule. No TVM here.
+a measurement, failure learning and batch sizing (the stop rules: stopping.py). No TVM here.
 
 Latencies are handled as log-seconds, so a gain is a relative improvement:
 exp(best - predicted) - 1.
@@ -208,32 +208,3 @@ def warm_start_batch(borrowed: int, cost: MeasurementCost, remaining_seconds: fl
     if 0 < borrowed < preferred and cost.per_batch <= 0.05 * remaining_seconds:
         return borrowed
     return preferred
-
-
-def overruns(remaining_seconds: float, batch_seconds: float) -> bool:
-    """A batch that would spend more than half of itself past the budget is not started."""
-    return remaining_seconds < 0.5 * batch_seconds
-
-
-def worth_continuing(expected_gain_per_second: float, remaining_seconds: float, min_total_gain: float) -> bool:
-    """Spending all that is left at the current rate must still buy `min_total_gain`."""
-    return expected_gain_per_second * remaining_seconds >= min_total_gain
-
-
-def pace_toward(trajectory: list[list[float]], bar_s: float, remaining_seconds: float,
-                margin: float) -> tuple[float, float] | None:
-    """(gain needed, gain in reach), in log-latency, for a search whose best must fall to `bar_s`
-    (a kernel outside its space), or None while its trajectory ([own seconds, best s], one
-    point a batch) is too short to judge. A search's best falls about linearly in log time, so
-    the pace is the fall over the last half of its seconds per log-second, extrapolated over
-    the seconds left and multiplied by `margin`: the model's expected gain cannot judge this,
-    a bar far below every measurement is a tail its spread does not describe."""
-    if len(trajectory) < 2:
-        return None
-    now, best_now = trajectory[-1]
-    needed = math.log(best_now / bar_s)
-    then, best_then = next(((t, b) for t, b in reversed(trajectory) if t <= now / 2), trajectory[0])
-    if now <= then:
-        return None
-    per_log_second = math.log(best_then / best_now) / math.log(now / then)
-    return needed, margin * per_log_second * math.log((now + max(remaining_seconds, 0.0)) / now)

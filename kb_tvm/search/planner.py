@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from ..budget import TaskClock, TuningBudget
-from . import decisions
+from . import decisions, stopping
 from .options import SearchOptions
 
 
@@ -56,10 +56,9 @@ class Planner:
     def why_stop(self) -> str | None:
         """Why no batch should start now, or None."""
         if self.stop_reason is None:
-            if self.budget.exhausted:
-                self.stop("budget spent")
-            elif self.trials >= self.max_trials:
-                self.stop(f"trial cap of {self.max_trials} reached")
+            why = stopping.spent(exhausted=self.budget.exhausted, trials=self.trials, max_trials=self.max_trials)
+            if why is not None:
+                self.stop(why)
         return self.stop_reason
 
     def batch_size(self, pinned: int) -> int | None:
@@ -70,9 +69,9 @@ class Planner:
                                  minimum=min(max(self.num_cores, preferred // 4), preferred))
         if not self.batches:
             n = decisions.warm_start_batch(pinned, self.cost, self.budget.remaining, n)
-        if self.batches and decisions.overruns(self.budget.remaining, self.cost.batch_seconds(n)):
-            self.stop(f"the next batch (~{self.cost.batch_seconds(n):.0f}s) would overrun the "
-                      f"{self.budget.remaining:.0f}s left by more than half")
+        why = stopping.overrun(remaining_seconds=self.budget.remaining, batch_seconds=self.cost.batch_seconds(n))
+        if self.batches and why is not None:
+            self.stop(why)
             return None
         return n
 
@@ -171,7 +170,7 @@ class Planner:
             raise ValueError(f"macro-action {action!r}: use one of {', '.join(MACRO_ACTIONS)} or None")
         self.directive = action
         if action == "stop":
-            self.stop(f"the agent stopped it: {why}" if why else "the agent stopped it")
+            self.stop(stopping.agent_stopped(why))
         elif action is not None:
             self.refining = action == "refine"
 
@@ -246,25 +245,25 @@ class Planner:
         self.last_rate = rate
         if not model_trained:
             return
-        if decisions.worth_continuing(rate, self.budget.remaining, self.opt.min_total_gain):
+        if stopping.worth_continuing(rate, self.budget.remaining, self.opt.min_total_gain):
             self.low_gain_rounds = 0
             return
         self.low_gain_rounds += 1
-        if self.low_gain_rounds >= self.opt.patience and self.directive is None:
-            self.stop(f"expected gain {rate:.2e}/s x {self.budget.remaining:.0f}s left < "
-                      f"{self.opt.min_total_gain:.1%} for {self.low_gain_rounds} rounds")
+        why = stopping.gain_too_small(rate=rate, remaining_seconds=self.budget.remaining,
+                                      min_total_gain=self.opt.min_total_gain, rounds_below=self.low_gain_rounds,
+                                      patience=self.opt.patience)
+        if why is not None and self.directive is None:
+            self.stop(why)
 
     def check_bar(self, trajectory: list[list[float]], outside_best_s: float | None) -> None:
         """Stop when the best's pace would not reach a faster kernel outside the space in the
-        seconds left (decisions.pace_toward), judged after `patience` batches past the first as the
-        expected-gain stop is; a meta-policy's directive overrides the stop."""
-        if outside_best_s is None or self.directive is not None or len(trajectory) <= self.opt.patience:
+        seconds left (stopping.behind_bar); a meta-policy's directive overrides the stop."""
+        if outside_best_s is None or self.directive is not None:
             return
-        pace = decisions.pace_toward(trajectory, outside_best_s, self.budget.remaining, self.opt.bar_margin)
-        if pace is not None and pace[1] < pace[0]:
-            self.stop(f"at its pace (best by log time, x{self.opt.bar_margin:g}) the space would get "
-                      f"{math.exp(pace[1]):.2f}x faster in the {self.budget.remaining:.0f}s left, not the "
-                      f"{math.exp(pace[0]):.2f}x it needs to beat the kernel outside ({outside_best_s * 1e3:.4g} ms)")
+        why = stopping.behind_bar(trajectory=trajectory, bar_s=outside_best_s, remaining_seconds=self.budget.remaining,
+                                  margin=self.opt.bar_margin, patience=self.opt.patience)
+        if why is not None:
+            self.stop(why)
 
     # ------------------------------------------------------------ after a batch
     def tell(self, batch: list, results: list[tuple[float | None, str | None]], origins: list[str],

@@ -23,7 +23,7 @@ from ..decision_log import DecisionLog
 from ..surrogate import EnsembleCostModel, PriorModel
 from ..templates import Template
 from ..warm_start import Borrowed
-from . import decisions
+from . import decisions, stopping
 from .candidates import FEATURE_VERSION, Candidate, CandidateFactory
 from .options import SearchOptions
 from .planner import Planner, unmeasured
@@ -124,7 +124,7 @@ class TaskSearch:
             self.phase.name = "refine" if self.plan.refining else "fine"
         batch = self.phase.batch(self, n)
         if not batch:
-            self.stop("no new valid candidate could be generated")
+            self.stop(stopping.NO_NEW_CANDIDATE)
             return None
         self.in_flight = batch
         self.plan.trials += len(batch)
