@@ -137,3 +137,12 @@ def test_borrowed_schedules_go_alone_when_a_batch_is_cheap_to_start():
     assert decisions.warm_start_batch(4, costly, remaining_seconds=36_000, preferred=64) == 4  # a 10-h job
     assert decisions.warm_start_batch(0, cheap, remaining_seconds=120, preferred=64) == 64  # nothing borrowed
     assert decisions.warm_start_batch(80, cheap, remaining_seconds=120, preferred=64) == 64  # more than a batch
+
+
+def test_a_region_is_made_and_read_by_its_name_in_one_place():
+    from kb_tvm.search.regions import Region
+
+    region = Region(2, "wide-vector")
+    assert region.name == "s2/wide-vector" and Region.from_name(region.name) == region
+    with pytest.raises(ValueError, match="'outside:hopper_gemm': not of the form s<space>/<template>"):
+        Region.from_name("outside:hopper_gemm")

@@ -25,6 +25,7 @@ import numpy as np
 from ..decision_log import DecisionLog
 from ..search.candidates import Candidate
 from ..search.options import SearchOptions
+from ..search.regions import Region
 from ..search.task import TaskSearch
 from ..surrogate import PARAMS
 from .env import Query, ReplayEnv
@@ -194,7 +195,7 @@ class ReplayFactory:
             return None
         self.seen.add(key)
         space = self.spaces.index(query.sketch)
-        return Candidate(sch=query, space=space, regions=(f"s{space}/sketch",), props={},
+        return Candidate(sch=query, space=space, regions=(Region(space, "sketch").name,), props={},
                          keys=[f"{inst}={value}" for inst, value in query.decisions], origin=origin,
                          features=query.features, generation=generation)
 

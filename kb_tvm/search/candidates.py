@@ -21,6 +21,7 @@ from ..schedule_props import schedule_properties
 from ..templates import Template
 from ..warm_start import replay_adapted, sketch_kinds
 from .options import SearchOptions
+from .regions import UNCLASSIFIED, Region
 from .tensor_core_tiles import CategoricalBans, WmmaLimits, draw_tiles
 
 # what a candidate's feature vector holds (MetaSchedule's per-store features summed and
@@ -267,8 +268,9 @@ class CandidateFactory:
                 continue
             func = next(iter(sch.mod.functions.values()))
             props = schedule_properties(func, self.num_cores)
-            matched = tuple(f"s{space_index}/{t.name}" for t in self.templates if t.matches(props))
-            made.append(Candidate(sch=sch, space=space_index, regions=matched or (f"s{space_index}/unclassified",),
+            matched = tuple(Region(space_index, t.name).name for t in self.templates if t.matches(props))
+            made.append(Candidate(sch=sch, space=space_index,
+                                  regions=matched or (Region(space_index, UNCLASSIFIED).name,),
                                   props=props, keys=self._failure_keys(sch.trace, space_index, props), origin=origin,
                                   generation=generation, verified=verified))
         return made

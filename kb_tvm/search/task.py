@@ -27,6 +27,7 @@ from . import decisions, stopping
 from .candidates import FEATURE_VERSION, Candidate, CandidateFactory
 from .options import SearchOptions
 from .planner import Planner, unmeasured
+from .regions import Region
 
 # the region of outside_best_s's kernel in the coarse phase's ranking: tune-op's is the Hopper template's
 OUTSIDE_REGION = "outside:hopper_gemm"
@@ -436,7 +437,7 @@ class FinePhase:
             explored.append(task.pool.pop(int(task.rng.integers(len(task.pool)))))
         if len(explored) < fresh:
             kept = plan.kept_regions
-            spaces = sorted({int(name.split("/")[0][1:]) for name in kept}) or list(range(len(factory.spaces)))
+            spaces = sorted({Region.from_name(name).space for name in kept}) or list(range(len(factory.spaces)))
             explored += factory.sample(int(task.rng.choice(spaces)), fresh - len(explored))
         every_space = not proposals and not explored
         if every_space:  # nothing new from the kept regions' space either: any design space
