@@ -52,3 +52,10 @@ def test_kb_search_neither_needs_nor_imports_the_agent(monkeypatch):
     assert isinstance(search, KBSearch) and search.agent is None
     with pytest.raises(ImportError):
         make_search("agent", TuningBudget("30s"))
+
+
+def test_kb_search_refuses_an_agent_that_cannot_choose_in_one_line():
+    from kb_tvm import KBSearch
+
+    with pytest.raises(ValueError, match=r"agent='explore': must be a kb_tvm.agent.MacroPolicy \(a callable"):
+        KBSearch(budget="30s", agent="explore")

@@ -55,10 +55,9 @@ class KBSearch(PySearchStrategy):
                  outside_best: dict[str, float] | None = None, **options) -> None:
         check_option("experience", experience, experience is None or isinstance(experience, Experience),
                      "must be a kb_tvm.Experience or None")
-        if agent is not None:  # the agent is optional: without one, nothing of it is imported
-            from ..agent import MacroPolicy
-
-            check_option("agent", agent, isinstance(agent, MacroPolicy), "must be a kb_tvm.agent.MacroPolicy or None")
+        # the agent wing sits above the search: asked for by what it does (a task -> a macro-action), not imported
+        check_option("agent", agent, agent is None or callable(agent),
+                     "must be a kb_tvm.agent.MacroPolicy (a callable: task -> macro-action) or None")
         check_option("outside_best", outside_best, outside_best is None or (isinstance(outside_best, dict) and all(
             isinstance(v, (int, float)) and v > 0 for v in outside_best.values())),
                      "must map task names to seconds > 0, or be None")
