@@ -24,6 +24,7 @@ import numpy as np
 
 from .experience import Experience
 from .surrogate import PriorModel
+from .tvm_errors import invalid_schedule_errors
 
 SHIPPED_MODELS = Path(__file__).resolve().parent / "models"
 
@@ -136,7 +137,7 @@ def replay_adapted(trace, mod, seed: int):
 
     try:
         trace.apply_to_schedule(sch, remove_postproc=True, decision_provider=decide)
-    except Exception:  # noqa: BLE001 - the borrowed schedule does not fit this workload
+    except invalid_schedule_errors():  # the borrowed schedule does not fit this workload
         return None
     return sch
 

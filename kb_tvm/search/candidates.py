@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..measure.pipeline import OUR_BUGS
 from ..measure.workers import built_arguments
 from ..measure.targets import build_config
 from ..schedule_props import schedule_properties
 from ..templates import Template
+from ..tvm_errors import invalid_schedule_errors
 from ..warm_start import replay_adapted, sketch_kinds
 from .options import SearchOptions
 from .regions import UNCLASSIFIED, Region
@@ -151,9 +151,7 @@ class CandidateFactory:
                 mutator = mutators[self.rng.choice(len(mutators), p=weights)][0]
                 try:  # an explicit seed: Mutator.apply would draw one from the OS
                     trace = mutator_apply(mutator, parent.sch.trace, int(self.rng.integers(1, 1 << 30)))
-                except OUR_BUGS:
-                    raise
-                except Exception:  # noqa: BLE001 - a mutator may reject a trace; try another
+                except invalid_schedule_errors():  # a mutator failing a check on a trace: try another
                     trace = None
                 if trace is not None:
                     jobs.append((trace, parent.space, f"mutate:{type(mutator).__name__}", parent.generation + 1))
@@ -172,7 +170,7 @@ class CandidateFactory:
         try:
             with self.ctx.target:
                 sch = dlight.gpu.Matmul().apply(func, self.ctx.target, False)
-        except Exception as err:  # noqa: BLE001 - TVM's code, not ours: a shape it fails on is no candidate
+        except invalid_schedule_errors() as err:  # a shape dlight fails on is no candidate
             self.log.write("known-good-failed", rule="dlight.gpu.Matmul", error=f"{type(err).__name__}: {err}"[:300])
             sch = None
         if sch is None:
@@ -291,9 +289,7 @@ class CandidateFactory:
                 trace.apply_to_schedule(sch, remove_postproc=True, decision_provider=_decisions_provider(tiles, picks))
             sch.enter_postproc()  # marks what follows as postprocessing, which replays strip
             valid = all(p.apply(sch) for p in self._local.postprocs)
-        except OUR_BUGS:
-            raise
-        except Exception:  # noqa: BLE001 - TVM rejected the sample: it is just dropped
+        except invalid_schedule_errors():  # TVM rejected the sample: it is just dropped
             valid = False
         if not valid:
             return None, "postproc"
@@ -383,7 +379,7 @@ def mutator_apply(mutator, trace, seed: int):
 
 def lowers_cleanly(mod, target, pass_config: dict | None = None) -> bool:
     """Run TVM's TIR lowering (no codegen) as the builder would, under `pass_config`: False
-    where it fails."""
+    where TVM rejects the schedule (kb_tvm.tvm_errors); any other error propagates."""
     import tvm
     from tvm.tirx.build import split_host_device_mods
 
@@ -396,8 +392,6 @@ def lowers_cleanly(mod, target, pass_config: dict | None = None) -> bool:
             finalize_host()(host_mod)
             for device_mod in device_mods.values():
                 finalize_device()(device_mod)
-    except OUR_BUGS:
-        raise
-    except Exception:  # noqa: BLE001 - any lowering error means the build would fail
+    except invalid_schedule_errors():  # TVM's lowering failed: so would the build
         return False
     return True
