@@ -39,7 +39,7 @@ def gemm(llvm_target):
 def cuda_target():
     import tvm
 
-    from kb_tvm.bench_yield import H200
+    from tensor_core_helpers import H200
 
     return tvm.target.Target(H200)
 
