@@ -27,21 +27,14 @@ H200 = {"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024, "max_sha
 
 def candidate_factory(workload, target, *, fitted_tiles: bool, seed: int, log_dir: str):
     """KBSearch's candidate factory for `workload`'s space on `target`, outside a tune."""
-    import numpy as np
-    from tvm.s_tir import meta_schedule as ms
-
     from common import design_space  # benchmarks/common.py
     from kb_tvm.decision_log import DecisionLog
     from kb_tvm.search import CandidateFactory, SearchOptions
-    from kb_tvm.templates import load_templates
 
-    context = ms.TuneContext(mod=workload.module(), target=target, space_generator=design_space(workload, target),
-                             task_name=workload.name, num_threads=2, rand_state=seed)
-    spaces = context.generate_design_space()
-    options = SearchOptions(seed=seed, repeatable=True, fitted_tiles=fitted_tiles)
-    return CandidateFactory(context=context, design_spaces=spaces, templates=load_templates(target.kind.name),
-                            options=options, rng=np.random.default_rng(seed),
-                            log=DecisionLog.for_task(log_dir, workload.name, None))
+    return CandidateFactory.outside_tune(
+        workload.module(), target, space_generator=design_space(workload, target),
+        options=SearchOptions(seed=seed, repeatable=True, fitted_tiles=fitted_tiles), task_name=workload.name,
+        log=DecisionLog.for_task(log_dir, workload.name, None))
 
 
 def sample_yield(workload, target, *, samples: int, fitted_tiles: bool, seed: int = 1,

@@ -11,20 +11,12 @@ H200 = {"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024, "max_sha
 def candidate_factory(workload, target, *, fitted_tiles: bool, seed: int, log_dir: str):
     """KBSearch's candidate factory for `workload`'s space on `target` (the tensor-core space for
     the workloads marked for it on CUDA, as tune-op picks it), outside a tune."""
-    import numpy as np
-    from tvm.s_tir import meta_schedule as ms
-
     from kb_tvm import TensorCoreSpace
     from kb_tvm.decision_log import DecisionLog
     from kb_tvm.search import CandidateFactory, SearchOptions
-    from kb_tvm.templates import load_templates
 
     tensor_cores = target.kind.name == "cuda" and workload.cuda_space == "cuda-tensorcore"
-    context = ms.TuneContext(mod=workload.module(), target=target,
-                             space_generator=TensorCoreSpace() if tensor_cores else "post-order-apply",
-                             task_name=workload.name, num_threads=2, rand_state=seed)
-    spaces = context.generate_design_space()
-    options = SearchOptions(seed=seed, repeatable=True, fitted_tiles=fitted_tiles)
-    return CandidateFactory(context=context, design_spaces=spaces, templates=load_templates(target.kind.name),
-                            options=options, rng=np.random.default_rng(seed),
-                            log=DecisionLog.for_task(log_dir, workload.name, None))
+    return CandidateFactory.outside_tune(
+        workload.module(), target, space_generator=TensorCoreSpace() if tensor_cores else "post-order-apply",
+        options=SearchOptions(seed=seed, repeatable=True, fitted_tiles=fitted_tiles), task_name=workload.name,
+        log=DecisionLog.for_task(log_dir, workload.name, None))

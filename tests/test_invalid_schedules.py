@@ -5,27 +5,18 @@ called: counted as invalid candidates, they ended a broken search quietly."""
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 DATA = Path(__file__).resolve().parent / "data"
 
 
 def _factory(workload_name, target, log=None):
-    from tvm.s_tir import meta_schedule as ms
-
-    from kb_tvm.decision_log import DecisionLog
     from kb_tvm.search import CandidateFactory, SearchOptions
-    from kb_tvm.templates import load_templates
     from kb_tvm.workloads import get_workload
 
     mod = get_workload(workload_name).module() if isinstance(workload_name, str) else workload_name
-    context = ms.TuneContext(mod=mod, target=target, space_generator="post-order-apply", task_name="t",
-                             num_threads=2, rand_state=1)
-    spaces = context.generate_design_space() if target.kind.name == "llvm" else []
-    return CandidateFactory(context=context, design_spaces=spaces, templates=load_templates(target.kind.name),
-                            options=SearchOptions(seed=1), rng=np.random.default_rng(1),
-                            log=log or DecisionLog(None))
+    return CandidateFactory.outside_tune(mod, target, options=SearchOptions(seed=1), log=log, task_name="t",
+                                         generate_spaces=target.kind.name == "llvm")
 
 
 @pytest.fixture(scope="module")

@@ -77,13 +77,32 @@ class CandidateFactory:
         # GPU builds fail often (tensor-core spaces: most stock candidates); lowering without
         # codegen catches those failures in ~20 ms, far cheaper than a build + run slot
         self.verify = context.target.kind.name == "cuda"
-        self.pass_config = build_config  # (target, mod) -> pass options; bench_yield compares TVM's defaults
+        self.pass_config = build_config  # (target, mod) -> pass options; benchmarks/sample_yield.py compares TVM's defaults
         self.workers = self.num_cores
         self.executor = ThreadPoolExecutor(self.workers, thread_name_prefix="kb-search")
         self._local = threading.local()
         self.samplers: dict[tuple[int, int], object] = {}  # (design space, count) -> ReplayTrace drawing them
         self.tile_plans: dict[int, tuple | None] = {}  # design space -> (extents, WmmaLimits) or None
         self.unfit_spaces: set[int] = set()  # sketches no tiling of which fits the GPU: dropped
+
+    @classmethod
+    def outside_tune(cls, mod, target, *, space_generator="post-order-apply", options: SearchOptions | None = None,
+                     log=None, task_name: str = "task", generate_spaces: bool = True) -> CandidateFactory:
+        """The factory KBSearch makes for `mod` on `target`, without a tune (no GPU needed: sampling,
+        postprocessing and lowering run here), for measuring what the search draws. `log`: a
+        DecisionLog (default: none kept); `generate_spaces=False` leaves the design spaces empty."""
+        from tvm.s_tir import meta_schedule as ms
+
+        from ..decision_log import DecisionLog
+        from ..templates import load_templates
+
+        options = options or SearchOptions()
+        seed = 1 if options.seed is None else options.seed
+        context = ms.TuneContext(mod=mod, target=target, space_generator=space_generator, task_name=task_name,
+                                 num_threads=2, rand_state=seed)
+        spaces = context.generate_design_space() if generate_spaces else []
+        return cls(context=context, design_spaces=spaces, templates=load_templates(target.kind.name),
+                   options=options, rng=np.random.default_rng(seed), log=log or DecisionLog(None))
 
     def close(self) -> None:
         self.executor.shutdown(wait=False)
