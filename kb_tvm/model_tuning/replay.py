@@ -8,6 +8,7 @@ import statistics
 from pathlib import Path
 
 from ..measure.candidate_log import CandidateLog
+from ..tvm_errors import invalid_schedule_errors
 
 
 def fastest_rows(path: str | Path) -> dict[str, dict]:
@@ -45,7 +46,7 @@ def records_from_candidates(path: str | Path, tasks, target, space):
             Trace.apply_json_to_schedule(row["trace"], sch)
             sch.enter_postproc()
             replayed = all(p.apply(sch) for p in context.space_generator.postprocs)
-        except Exception as err:  # noqa: BLE001 - TVM raises many kinds; said once, with the task
+        except invalid_schedule_errors() as err:  # TVM rejects it: said once, with the task
             raise ValueError(f"{path}: the logged schedule of task {name} does not replay: "
                              f"{str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__}") from None
         if not replayed:
