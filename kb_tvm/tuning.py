@@ -17,6 +17,7 @@ from .budget import TuningBudget
 from .logger_guard import guard_metaschedule_logger
 from .measure.records import record_latency
 from .measure.targets import available_cpus, physical_cores, tensor_intrinsics
+from .measure.timing import REPORT_FIELDS
 
 # "random": MetaSchedule's replay-trace, uniform samples of the design spaces (the replay
 # datasets record it beside the two searches, so a dataset is not only what they liked);
@@ -68,6 +69,9 @@ class TuneResult:
     # the Hopper template's best variant where it was a region of this search: its parameters,
     # ms, and whether it beat MetaSchedule's best (then final_ms is its time)
     template: dict | None = None
+    # how final_ms was timed (`time_best`'s report: median_s, repeats, number, verdict); None
+    # where nothing was re-timed or final_ms is the Hopper template's
+    final_timing: dict | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -224,7 +228,9 @@ def tune_operator(
         seconds = time.monotonic() - started
     database.compact()
     best_ms = best_record_ms(workload, target, database)
-    final_ms = time_best(workload, target, database, measurer=getattr(runner, "measurer", None))
+    final_timing: dict = {}
+    final_ms = time_best(workload, target, database, measurer=getattr(runner, "measurer", None),
+                         on_report=lambda report: final_timing.update({k: report[k] for k in REPORT_FIELDS}))
     template_row = None
     if template is not None:
         from .search.hopper_variants import VariantSearch
@@ -233,12 +239,12 @@ def tune_operator(
         template_row = {"kernel": "schedules/hopper_gemm.py", "tile": VariantSearch.record(template.tile, None)["tile"],
                         "ms": template.seconds * 1e3, "beats_metaschedule": wins}
         if wins:
-            final_ms = template.seconds * 1e3
+            final_ms, final_timing = template.seconds * 1e3, {}
     best = final_ms if final_ms is not None else best_ms
     result = TuneResult(
         workload=workload.name, strategy=strategy, target=json.dumps(dict(target.export()), default=str),
         budget_s=budget_total, seconds=seconds, trials=recorder.trials, failed=recorder.failed,
-        best_ms=best_ms, final_ms=final_ms,
+        best_ms=best_ms, final_ms=final_ms, final_timing=final_timing or None,
         gflops=None if best is None else workload.flops / (best * 1e-3) / 1e9, work_dir=str(work_dir),
         curve=recorder.curve, stop_reason=stop_reasons[0] if stop_reasons else "budget spent", pipeline=pipeline,
         template=template_row)
@@ -328,32 +334,41 @@ def best_record_ms(workload, target, database) -> float | None:
     return None if latency is None else latency * 1e3
 
 
-def time_best(workload, target, database, repeat: int = 10, measurer=None) -> float | None:
-    """Re-time the database's best schedule on a fresh build: median of `repeat` runs, ms. With
-    a RemoteMeasurer, on the devices it measures on (this machine may have no GPU)."""
-    import numpy as np
+def time_best(workload, target, database, repeat: int = 10, measurer=None, *,
+              on_report: Callable[[dict], None] | None = None) -> float | None:
+    """Re-time the database's best schedule on a fresh build, as the runner timed it
+    (`measure.timer.time_function` on `activation_like` arguments; the runner's policy, that of
+    `measurer` where given, with at least `repeat` repeats and no race): the median, ms. With a
+    RemoteMeasurer, by it, on the devices it measures on (this machine may have no GPU).
+    on_report gets the timing report (repeats, number, verdict)."""
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
     from .measure.remote import RemoteMeasurer
     from .measure.targets import compile_kernel
-    from .measure.workers import activation_like, argument_signature
+    from .measure.timer import device_arguments, time_function
+    from .measure.timing import TimingPolicy, at_least
+    from .measure.workers import argument_signature
 
     mod = workload.module()
     sch = ms.tir_integration.compile_tir(database, mod, target)
     if sch is None:
         return None
     lib = compile_kernel(sch.mod, target)
+    signature = argument_signature(ms.arg_info.ArgInfo.from_prim_func(sch.mod["main"]))
     if isinstance(measurer, RemoteMeasurer):
         with tempfile.TemporaryDirectory() as folder:
             path = os.path.join(folder, "best.so")
             lib.export_library(path)
-            signature = argument_signature(ms.arg_info.ArgInfo.from_prim_func(sch.mod["main"]))
             outcome = measurer.submit(path, signature).result()
-        return None if outcome.error is not None else outcome.value["median_s"] * 1e3
-    dev = tvm.cuda(0) if target.kind.name == "cuda" else tvm.cpu(0)
-    # the numbers the tuning runner measured on, so that the re-time agrees with the tuning
-    args = [tvm.runtime.tensor(activation_like(info.shape, str(info.dtype), seed=index), dev)
-            for index, info in enumerate(ms.arg_info.ArgInfo.from_prim_func(sch.mod["main"]))]
-    timer = lib.mod.time_evaluator("main", dev, number=5, repeat=repeat, min_repeat_ms=50)
-    return float(np.median(timer(*args).results)) * 1e3
+        if outcome.error is not None:
+            return None
+        report = outcome.value
+    else:
+        dev = tvm.cuda(0) if target.kind.name == "cuda" else tvm.cpu(0)
+        policy = at_least(getattr(measurer, "policy", None) or TimingPolicy(), repeat)
+        report = time_function(lib.mod, "main", dev, device_arguments(dev, signature), policy,
+                               cpu=target.kind.name != "cuda")
+    if on_report is not None:
+        on_report(report)
+    return report["median_s"] * 1e3

@@ -2,7 +2,17 @@
 
 import pytest
 
-from kb_tvm.measure.timing import TimingPolicy, calls_per_repeat, median_error, verdict
+from kb_tvm.measure.timing import (
+    REPORT_FIELDS,
+    TimingPolicy,
+    at_least,
+    calls_per_repeat,
+    first_verdict,
+    median_error,
+    repeats_next,
+    report,
+    verdict,
+)
 
 
 def test_a_repeat_lasts_long_enough_for_the_timer_and_no_longer():
@@ -46,6 +56,42 @@ def test_a_candidate_three_times_slower_than_the_best_is_raced_out():
 def test_one_preempted_repeat_does_not_make_a_stable_median_unstable():
     samples = [1e-3] * 8 + [9e-3]
     assert median_error(samples) == 0.0
+
+
+def test_one_call_far_slower_than_the_best_is_raced_out_at_once_but_a_short_one_is_not():
+    policy = TimingPolicy(race_factor=3.0, repeat_s=0.002)
+    assert first_verdict(0.010, 0.001, policy) == "slow"  # 10x the best, and a repeat long
+    assert first_verdict(0.0005, 0.0001, policy) is None  # 5x, but shorter than a repeat: timer noise
+    assert first_verdict(0.010, None, policy) is None  # no best: no race
+    assert first_verdict(0.010, 0.005, policy) is None
+
+
+def test_something_so_slow_that_its_first_repeats_pass_the_cap_is_timed_once():
+    policy = TimingPolicy(max_seconds=1.0, race_after=3)
+    assert first_verdict(50.0, None, policy) == "capped"  # BERT-base untuned on 2 cores: one call, not 50
+    assert first_verdict(0.4, None, policy) == "capped"
+    assert first_verdict(0.3, None, policy) is None  # three 0.3-s repeats fit in the second
+
+
+def test_repeats_come_in_a_racing_batch_then_two_at_a_time():
+    policy = TimingPolicy(race_after=3)
+    assert repeats_next([], policy) == 3
+    assert repeats_next([1e-3] * 3, policy) == 2
+
+
+def test_at_least_asks_for_more_repeats_and_keeps_the_cap_above_them():
+    policy = TimingPolicy(min_repeats=5, max_repeats=41, max_seconds=0.5)
+    assert at_least(policy, 10) == TimingPolicy(min_repeats=10, max_repeats=41, max_seconds=0.5)
+    assert at_least(policy, 60).max_repeats == 60
+    assert at_least(policy, 1).min_repeats == 1
+    assert verdict([1e-3] * 9, 1, None, at_least(policy, 10)) is None  # stable, but not 10 yet
+    assert verdict([1e-3] * 10, 1, None, at_least(policy, 10)) == "stable"
+
+
+def test_a_report_is_the_median_and_how_it_was_timed():
+    made = report([3e-3, 1e-3, 2e-3], 7, "capped")
+    assert tuple(made) == REPORT_FIELDS
+    assert made == {"median_s": 2e-3, "repeats": 3, "number": 7, "verdict": "capped"}
 
 
 @pytest.mark.parametrize("bad, message", [

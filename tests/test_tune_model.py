@@ -112,14 +112,6 @@ def test_integer_example_inputs_are_valid_ids_and_a_mask_that_masks():
     assert ids2.tolist() == [[1, 1, 1, 1, 0, 0, 0, 0]] and not np.allclose(scale, scale2)
 
 
-def test_slow_models_are_timed_with_fewer_calls():
-    from kb_tvm.model_tuning.profiling import calls_for
-
-    assert calls_for(0.001, 5, 10) == (5, 10)  # a fast kernel: as asked
-    assert calls_for(0.1, 5, 10) == (1, 10)
-    assert calls_for(50.0, 5, 10) == (1, 3)  # BERT-base untuned on 2 cores: 3 calls, not 50
-
-
 def test_unknown_target_and_unwritable_work_dir(tmp_path):
     result = CliRunner().invoke(main, ["tune", str(SHIPPED), "--target", "tpu", "--work-dir", str(tmp_path / "w")])
     assert result.exit_code != 0 and "unknown target 'tpu'" in result.output and not (tmp_path / "w").exists()

@@ -4,7 +4,7 @@ Servers are TVM's own (`python -m tvm.exec.rpc_server --tracker HOST:PORT --key 
 `kb-tvm worker` starts). Each server this process can get from the tracker gets one persistent
 session, kept for the whole run, and a thread that takes candidates from a shared queue: it
 uploads the built shared library (nothing is linked on the server), loads it, and times it as
-the local measuring process does (`workers.time_loaded`: the same adaptive repeats and race).
+the local measuring process does (`timer.time_function`: the same adaptive repeats and race).
 Servers that register later are picked up at the next `submit`.
 
 Faults:
@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from . import workers
 from .pipeline import OUR_BUGS, Outcome
+from .timer import time_function
 from .timing import TimingPolicy, keep_best
 
 log = logging.getLogger("kb_tvm")
@@ -249,8 +250,8 @@ class RemoteMeasurer:
         module = session.load_module(remote_name)
         args = workers.arguments(device, job.signature, cache)
         loaded = time.perf_counter()
-        report = workers.time_loaded(module, device, args, self.policy, self.best_s.get(job.signature),
-                                     cpu=self.device_type == "cpu")
+        report = time_function(module, module.entry_name, device, args, self.policy,
+                               self.best_s.get(job.signature), cpu=self.device_type == "cpu")
         timed = time.perf_counter()
         session.remove(remote_name)
         keep_best(self.best_s, job.signature, report)

@@ -7,14 +7,18 @@ the time cap is reached, or the candidate is clearly slower than the best so far
 recorded as measured-slow, with the median of what was timed: a real latency, not a failure).
 A candidate whose first call (at least a repeat's length) is already that much slower stops there,
 and so does one so slow that its first repeats alone would pass the time cap.
-Plain Python: the measuring process applies it, the tests check it without TVM.
+Plain Python: `timer.time_function` applies it (for every latency kb reports), the tests check it
+without TVM.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+# what a timing report says: the median and the protocol behind it (logs and result files show it)
+REPORT_FIELDS = ("median_s", "repeats", "number", "verdict")
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,11 @@ class TimingPolicy:
                 raise ValueError(f"{name}={value!r}: must be an integer >= 1")
         if self.max_repeats < self.min_repeats:
             raise ValueError(f"max_repeats={self.max_repeats}: must be >= min_repeats={self.min_repeats}")
+
+
+def at_least(policy: TimingPolicy, repeats: int) -> TimingPolicy:
+    """`policy` with a median of at least `repeats` repeats (unless its seconds run out first)."""
+    return replace(policy, min_repeats=max(1, int(repeats)), max_repeats=max(policy.max_repeats, int(repeats)))
 
 
 def calls_per_repeat(first_call_s: float, policy: TimingPolicy) -> int:
@@ -73,6 +82,27 @@ def verdict(samples: list[float], number: int, best_s: float | None, policy: Tim
     if n >= policy.max_repeats or sum(samples) * number >= policy.max_seconds:
         return "capped"
     return None
+
+
+def first_verdict(first_s: float, best_s: float | None, policy: TimingPolicy) -> str | None:
+    """After one timed call (itself after a warm-up): None to go on to repeats, else why to stop
+    there. "slow": that call, at least a repeat long, is already raced out (a 1-s kernel then costs
+    2 s, not 6); "capped": so slow that the first repeats alone would pass the time cap."""
+    if best_s is not None and first_s > policy.race_factor * best_s and first_s >= policy.repeat_s:
+        return "slow"
+    if first_s * policy.race_after > policy.max_seconds:
+        return "capped"
+    return None
+
+
+def repeats_next(samples: list[float], policy: TimingPolicy) -> int:
+    """Repeats in the next batch of timed calls: enough to race first, then two at a time."""
+    return 2 if samples else policy.race_after
+
+
+def report(samples: list[float], number: int, why: str) -> dict:
+    """The timing report: the median of `samples` (seconds per call) and how it was timed."""
+    return dict(zip(REPORT_FIELDS, (statistics.median(samples), len(samples), number, why)))
 
 
 def keep_best(best_s: dict, key, report: dict) -> None:

@@ -5,12 +5,12 @@ intrinsics once, not once per batch."""
 from __future__ import annotations
 
 import os
-import statistics
 import tempfile
 import time
 from collections import OrderedDict
 
-from .timing import TimingPolicy, calls_per_repeat, verdict
+from .timer import activation_like, device_arguments, time_function  # noqa: F401 - activation_like: its old home
+from .timing import TimingPolicy
 
 _ARGS: OrderedDict = OrderedDict()  # (device, argument signature) -> arguments, a few tasks' worth
 _KEEP_ARGS = 4
@@ -76,43 +76,17 @@ def argument_signature(args_info) -> tuple:
                  (a.as_json() for a in args_info))
 
 
-def activation_like(shape, dtype: str, seed: int = 0):
-    """The numbers kb measures and re-times on (a numpy array): floats uniform in [-1, 1), as
-    activations and weights are; integers 0, a valid index for any gather. Not TVM's measure fill:
-    it draws floats from [1, 10), where erf and tanh saturate, and libm's erf then ran a tuned
-    GEMM+GELU 3-4x faster than on data in [-1, 1]."""
-    import ml_dtypes  # TVM's own dependency: numpy has no bfloat16
-    import numpy as np
-
-    dtype = str(dtype)
-    shape = [int(d) for d in shape]
-    if dtype.startswith(("int", "uint", "bool")):
-        return np.zeros(shape, dtype=dtype)
-    values = np.random.default_rng(seed).uniform(-1, 1, size=shape)
-    return values.astype(getattr(ml_dtypes, dtype) if hasattr(ml_dtypes, dtype) else dtype)
-
-
 def arguments(device, signature: tuple, cache: OrderedDict):
-    """Arguments for a signature of ("TENSOR", dtype, shape) tuples (`activation_like` data,
-    copied to `device`, local or an RPC server's), made once per task and kept in `cache` (a
-    few tasks' worth)."""
-    import tvm
-
+    """`timer.device_arguments` for a signature, made once per task and kept in `cache` (a few
+    tasks' worth)."""
     key = (device.dlpack_device_type(), device.index, signature)
     if key in cache:
         cache.move_to_end(key)
         return cache[key]
-    args = []
-    for kind, dtype, shape in signature:
-        if kind != "TENSOR":
-            raise ValueError(f"argument kind {kind!r} cannot be measured (only TENSOR)")
-        tensor = tvm.runtime.empty([int(d) for d in shape], dtype=str(dtype), device=device)
-        tensor.copyfrom(activation_like(shape, str(dtype), seed=len(args)))
-        args.append(tensor)
-    cache[key] = args
+    cache[key] = device_arguments(device, signature)
     while len(cache) > _KEEP_ARGS:
         cache.popitem(last=False)
-    return args
+    return cache[key]
 
 
 def measure(artifact: str, device_type: str, device_id: int, signature: tuple, policy: TimingPolicy,
@@ -125,31 +99,9 @@ def measure(artifact: str, device_type: str, device_id: int, signature: tuple, p
     device = tvm.runtime.device(device_type, device_id)
     args = arguments(device, signature, _ARGS)
     loaded = time.perf_counter()
-    report = time_loaded(module, device, args, policy, best_s, cpu=device_type in ("cpu", "llvm"))
+    report = time_function(module, module.entry_name, device, args, policy, best_s,
+                           cpu=device_type in ("cpu", "llvm"))
     return {**report, "load_s": loaded - started, "timed_s": time.perf_counter() - loaded, "pid": os.getpid()}
-
-
-def time_loaded(module, device, args: list, policy: TimingPolicy, best_s: float | None, *, cpu: bool) -> dict:
-    """Time a loaded candidate (here or through an RPC session) under `policy`: median_s,
-    repeats, number and the verdict."""
-    flush = "cache_flush_cpu_non_first_arg" if policy.cache_flush and cpu else ""
-    entry = module.entry_name
-    device.sync()
-    first = float(module.time_evaluator(entry, device, number=1, repeat=1, min_repeat_ms=0, f_preproc=flush)(*args).mean)
-    number = calls_per_repeat(first, policy)
-    samples: list[float] = []
-    why = None
-    if best_s is not None and first > policy.race_factor * best_s and first >= policy.repeat_s:
-        # one call (after a warm-up) already says "slow": a 1-s kernel costs 2 s here, not 6
-        samples, why = [first], "slow"
-    elif first * policy.race_after > policy.max_seconds:
-        samples, why = [first], "capped"  # so slow that the first repeats alone would pass the cap
-    while why is None:  # the first chunk is long enough to race, the next ones two repeats each
-        timer = module.time_evaluator(entry, device, number=number, repeat=2 if samples else policy.race_after,
-                                      min_repeat_ms=0, f_preproc=flush)
-        samples.extend(float(s) for s in timer(*args).results)
-        why = verdict(samples, number, best_s, policy)
-    return {"median_s": statistics.median(samples), "repeats": len(samples), "number": number, "verdict": why}
 
 
 def pid() -> int:
