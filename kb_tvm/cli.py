@@ -70,11 +70,11 @@ def _show_model_event(record: dict) -> None:
         click.echo(f"          {record['task']} retired: {record['why']}")
     elif event == "revive":
         click.echo(f"          {record['task']} back: {record['why']}")
-    elif event == "hopper_best":  # the template stage, before MetaSchedule's
-        click.echo(f"Hopper template: {record['task']}: {record['seconds'] * 1e3:.4f} ms (untuned "
-                   f"{record['default_s'] * 1e3:.4f}) with {record['tile']}")
-    elif event == "hopper_skip":
-        click.echo(f"Hopper template: {record['task']} skipped: {record['why']}")
+    elif event == "kernel_best":  # the kernel families' stage, before MetaSchedule's
+        click.echo(f"{record['family']}: {record['task']}: {record['seconds'] * 1e3:.4f} ms (untuned "
+                   f"{record['default_s'] * 1e3:.4f}) with {record['variant']}")
+    elif event == "kernel_skip":
+        click.echo(f"{record['family']}: {record['task']} skipped: {record['why']}")
 
 
 def _show_event(record: dict) -> None:
@@ -98,11 +98,11 @@ def _show_event(record: dict) -> None:
         click.echo(f"{record['phase']}: {record['why']}")
     elif event == "stop" and record["reason"] != "budget spent":
         click.echo(f"stop: {record['reason']}")
-    elif event == "hopper_best":
-        click.echo(f"Hopper template region: best variant {record['tile']}, {record['seconds'] * 1e3:.4f} ms; "
+    elif event == "kernel_best":
+        click.echo(f"{record['family']} region: best variant {record['variant']}, {record['seconds'] * 1e3:.4f} ms; "
                    "MetaSchedule's regions search to beat it")
-    elif event == "hopper_skip" and "RPC" in record["why"]:
-        click.echo(f"Hopper template region skipped: {record['why']}")
+    elif event == "kernel_skip" and "RPC" in record["why"]:
+        click.echo(f"{record['family']} region skipped: {record['why']}")
 
 
 @main.command("ops")
@@ -183,9 +183,9 @@ def tune_op(name, budget, target, work_dir, strategy, pipeline, trials_per_batch
                f"{result.trials} trials ({result.failed} failed), {format_seconds(result.seconds)}; "
                f"stopped: {result.stop_reason}")
     if result.template is not None:
-        tile = ", ".join(f"{k}={v}" for k, v in result.template["tile"].items())
-        click.echo(f"Hopper template's best variant ({tile}): {result.template['ms']:.4f} ms, "
-                   + ("the best (in hopper.jsonl; MetaSchedule's database holds MetaSchedule's best)"
+        click.echo(f"{result.template['family']}'s best variant ({result.template['variant']}): "
+                   f"{result.template['ms']:.4f} ms, "
+                   + ("the best (in kernels.jsonl; MetaSchedule's database holds MetaSchedule's best)"
                       if result.template["beats_metaschedule"] else "slower than MetaSchedule's best"))
     click.echo(f"records: {work_dir}/database_tuning_record.json"
                + (f"  decision log: {work_dir}/kb_logs/" if strategy in KB_STRATEGIES else ""))

@@ -66,8 +66,8 @@ class TuneResult:
     curve: list[dict] = field(default_factory=list)
     stop_reason: str | None = None
     pipeline: str = "kb"
-    # the Hopper template's best variant where it was a region of this search: its parameters,
-    # ms, and whether it beat MetaSchedule's best (then final_ms is its time)
+    # a kernel family's best variant where it was a region of this search (kb_tvm/kernels): the
+    # family, its parameters, ms, and whether it beat MetaSchedule's best (then final_ms is its time)
     template: dict | None = None
     # how final_ms was timed (`time_best`'s report: median_s, repeats, number, verdict); None
     # where nothing was re-timed or final_ms is the Hopper template's
@@ -167,8 +167,9 @@ def tune_operator(
     seed, repeatable: see KBSearch's options of those names.
     quiet: keep MetaSchedule's per-batch tables out of the console (they still go to work_dir/logs).
     experience: a kb_tvm.Experience to warm-start from and add to (kb only); None: cold.
-    kb and agent on an sm_90 GPU also open the Hopper template's region for an fp16/bf16 GEMM
-    (`template_region`); `final_ms` is then the faster of it and MetaSchedule's best."""
+    kb and agent also open a kernel family's region where one serves the target and computes the
+    workload (`template_region`: e.g. an fp16/bf16 GEMM on an sm_90 GPU); `final_ms` is then the
+    faster of it and MetaSchedule's best."""
     from tvm.s_tir import meta_schedule as ms
 
     from .measure.callbacks import CandidateRecorder, ProgressRecorder
@@ -212,10 +213,11 @@ def tune_operator(
             template = None
             if strategy in KB_STRATEGIES:
                 template = template_region(workload, target, tuning_budget, work_dir, runner=runner,
-                                           on_measured=lambda ms: recorder.add("hopper template", [ms]),
+                                           on_measured=lambda family, ms: recorder.add(family, [ms]),
                                            on_event=event)
                 if template is not None:
                     search.outside_best = {_task_name(workload): template.seconds}
+                    search.outside_names = {_task_name(workload): template.family.name}
             kept = CandidateRecorder(work_dir=work_dir, strategy=strategy,
                                      clock=lambda: tuning_budget.spent, builder=builder, runner=runner)
             ms.tune_tir(
@@ -233,11 +235,11 @@ def tune_operator(
                          on_report=lambda report: final_timing.update({k: report[k] for k in REPORT_FIELDS}))
     template_row = None
     if template is not None:
-        from .search.hopper_variants import VariantSearch
-
+        family = template.family
         wins = final_ms is None or template.seconds * 1e3 < final_ms
-        template_row = {"kernel": "schedules/hopper_gemm.py", "tile": VariantSearch.record(template.tile, None)["tile"],
-                        "ms": template.seconds * 1e3, "beats_metaschedule": wins}
+        template_row = {"family": family.name, "kernel": family.source, **family.record(template.params),
+                        "variant": family.describe(template.params), "ms": template.seconds * 1e3,
+                        "beats_metaschedule": wins}
         if wins:
             final_ms, final_timing = template.seconds * 1e3, {}
     best = final_ms if final_ms is not None else best_ms
@@ -266,63 +268,78 @@ def _named_module(workload):
 
 
 def template_region(workload, target, budget: TuningBudget, work_dir: Path, *, runner=None,
-                    on_measured: Callable[[float | None], None] = lambda ms: None,
+                    on_measured: Callable[[str, float | None], None] = lambda family, ms: None,
                     on_event: Callable[[dict], None] = lambda record: None):
-    """The Hopper template (schedules/hopper_gemm.py) as a region of this task, measured before
-    MetaSchedule's: for an fp16/bf16 GEMM the template computes, on a local sm_90 GPU, kb's
-    variant search (search/hopper_variants.py) with at most `hopper_task.SHARE_OF_BUDGET` of
-    the budget, each variant checked against the workload's own TIR (dlight's default schedule)
-    on two input sets before it is timed. Returns the best right variant (a HopperChoice; every
-    measured one is a line of work_dir/hopper.jsonl), or None where the template does not apply.
-    The variants are not MetaSchedule schedules: MetaSchedule's search then runs with the
-    variant's seconds as the bar to beat."""
+    """The kernel families (kb_tvm/kernels) as a region of this task, measured before
+    MetaSchedule's: each family that serves the target and computes the workload (e.g. an
+    fp16/bf16 GEMM on an sm_90 GPU) gets its variant search on the local device, all of
+    them together at most `task_search.SHARE_OF_BUDGET` of the budget, each variant checked against
+    the workload's own TIR (TVM's default schedule) on two input sets before it is timed. Returns
+    the best right variant (a KernelChoice; every measured one is a line of
+    work_dir/kernels.jsonl), or None where no family applies. The variants are not MetaSchedule
+    schedules: MetaSchedule's search then runs with the variant's seconds as the bar to beat.
+    on_measured(family name, ms or None) after each variant."""
+    from .kernels import applicable, task_search
+    from .kernels.family import NotApplicable
     from .measure.remote import RemoteMeasurer
-    from .search import hopper_task
-    from .search.hopper_match import NotAHopperGemm, match_fused_gemm
 
-    def skip(why: str) -> None:
-        on_event({"event": "hopper_skip", "task": _task_name(workload), "why": why})
+    name = _task_name(workload)
 
-    if not hopper_task.on_hopper(target):
+    def skip(family, why: str) -> None:
+        on_event({"event": "kernel_skip", "family": family.name, "task": name, "why": why})
+
+    families = applicable(target)
+    if not families:
         return None
     if isinstance(getattr(runner, "measurer", None), RemoteMeasurer):
-        skip("measuring through an RPC tracker: the template's variants are measured on a local GPU")
+        for family in families:
+            skip(family, "measuring through an RPC tracker: the family's variants are measured on a local device")
         return None
-    try:
-        fused = match_fused_gemm(workload.module())
-    except NotAHopperGemm as why:
-        skip(str(why))
+    mod = workload.module()
+    matched = []
+    for family in families:
+        try:
+            matched.append((family, family.match(mod, target)))
+        except NotApplicable as why:
+            skip(family, str(why))
+    if not matched:
         return None
-    import tvm
-
-    device = tvm.cuda(0)
+    device = task_search.local_device(target)
     reference = _default_build(workload, target)
 
     def notify(record: dict) -> None:
-        if record["event"] == "hopper_variant":
-            on_measured(None if record["seconds"] is None else record["seconds"] * 1e3)
+        if record["event"] == "kernel_variant":
+            on_measured(record["family"], None if record["seconds"] is None else record["seconds"] * 1e3)
         on_event(record)
 
-    stop_at = budget.spent + hopper_task.SHARE_OF_BUDGET * budget.remaining
-    choice = hopper_task.search_task(fused, _task_name(workload), target, device,
-                                      lambda arrays: hopper_task.task_output(reference, "main", arrays, device),
-                                      until=lambda: budget.spent >= stop_at, work_dir=work_dir,
-                                      earlier=hopper_task.read_rows(work_dir), notify=notify)
-    if choice is not None:
-        on_event({"event": "hopper_best", "task": choice.task, "seconds": choice.seconds,
-                  "tile": choice.tile.describe()})
-    return choice
+    stop_at = budget.spent + task_search.SHARE_OF_BUDGET * budget.remaining
+    earlier = task_search.read_rows(work_dir)
+    best = None
+    for i, (family, problem) in enumerate(matched):
+        # an equal part of what is left to each family still to search
+        family_stop = budget.spent + (stop_at - budget.spent) / (len(matched) - i)
+        choice = task_search.search_task(family, problem, mod["main"], name, target, device,
+                                         lambda arrays: task_search.task_output(reference, "main", arrays, device),
+                                         until=lambda family_stop=family_stop: budget.spent >= family_stop,
+                                         work_dir=work_dir, earlier=earlier, notify=notify)
+        if choice is not None:
+            on_event({"event": "kernel_best", "family": family.name, "task": name, "seconds": choice.seconds,
+                      "variant": family.describe(choice.params)})
+            if best is None or choice.seconds < best.seconds:
+                best = choice
+    return best
 
 
 def _default_build(workload, target):
-    """The workload built as TVM builds an untuned kernel (dlight's default GPU schedules): the
-    reference the template's variants are checked against."""
+    """The workload built as TVM builds an untuned kernel (dlight's default schedules on a GPU):
+    the reference the families' variants are checked against."""
     import tvm
     from tvm.s_tir import dlight as dl
 
     mod = workload.module()
     with target:
-        mod = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.Fallback())(mod)
+        if target.kind.name == "cuda":
+            mod = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.Fallback())(mod)
         return tvm.compile(mod, target=target)
 
 

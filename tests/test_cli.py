@@ -87,12 +87,13 @@ def test_tune_shows_the_hopper_template_stage_a_line_a_task(capsys):
     seconds): `kb-tvm tune` says what each matmul task got, or why it was skipped."""
     from kb_tvm.cli import _show_model_event
 
-    _show_model_event({"event": "hopper_best", "task": "fused_matmul_cast1_add2", "seconds": 4.56e-6,
-                       "default_s": 4.21e-5, "tile": "bm=64, bn=64, stages=3"})
-    _show_model_event({"event": "hopper_skip", "task": "fused_matmul1_softmax",
+    _show_model_event({"event": "kernel_best", "family": "hopper_gemm", "task": "fused_matmul_cast1_add2",
+                       "seconds": 4.56e-6, "default_s": 4.21e-5, "variant": "bm=64, bn=64, stages=3"})
+    _show_model_event({"event": "kernel_skip", "family": "hopper_gemm", "task": "fused_matmul1_softmax",
                        "why": "2 reduction blocks of 4, not one GEMM"})
-    _show_model_event({"event": "hopper_variant", "task": "fused_matmul_cast1_add2", "seconds": 5e-6})
+    _show_model_event({"event": "kernel_variant", "family": "hopper_gemm", "task": "fused_matmul_cast1_add2",
+                       "seconds": 5e-6})
     assert capsys.readouterr().out.splitlines() == [
-        "Hopper template: fused_matmul_cast1_add2: 0.0046 ms (untuned 0.0421) with bm=64, bn=64, stages=3",
-        "Hopper template: fused_matmul1_softmax skipped: 2 reduction blocks of 4, not one GEMM",
+        "hopper_gemm: fused_matmul_cast1_add2: 0.0046 ms (untuned 0.0421) with bm=64, bn=64, stages=3",
+        "hopper_gemm: fused_matmul1_softmax skipped: 2 reduction blocks of 4, not one GEMM",
     ]

@@ -1,8 +1,8 @@
-"""Kernels from outside MetaSchedule in a model's build (model_tuning/extern_kernels.py), on the CPU:
+"""Kernels from outside MetaSchedule in a model's build (kernels/extern.py), on the CPU:
 the shipped BERT's four Linear tasks replaced by the Hopper template's plain-TIR twins (same
 signature, GEMM and fused epilogue as the GPU kernels; A, B and C reshaped to 2-D), built, run
 against the build without them, exported and loaded again. Which set of kernels a tuned model
-keeps (model_tuning/hopper_stage.py) is plain Python."""
+keeps (kernels/model_stage.py) is plain Python."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from hopper_helpers import bert_fp16_tasks
 
 
 def _twins(tasks, *, double_product_of: str | None = None, k_splits: int = 1):
-    from kb_tvm.model_tuning.extern_kernels import ExternKernel
-    from kb_tvm.search.hopper_match import NotAHopperGemm, match_fused_gemm
+    from kb_tvm.kernels.extern import ExternKernel
+    from kb_tvm.kernels.hopper_gemm.match import NotAHopperGemm, match_fused_gemm
 
     kernels = []
     for name, task in sorted(tasks.items()):
@@ -39,7 +39,7 @@ def _twins(tasks, *, double_product_of: str | None = None, k_splits: int = 1):
 
 
 def _plain(problem, epilogue):
-    from kb_tvm.search.hopper_match import _plain_gemm
+    from kb_tvm.kernels.hopper_gemm.match import _plain_gemm
 
     return _plain_gemm(problem, epilogue)
 
@@ -58,7 +58,7 @@ def test_a_models_tasks_run_through_outside_kernels_and_compute_the_same(tmp_pat
     from hopper_helpers import SHIPPED_BERT
 
     from kb_tvm.model_tuning import build, example_inputs, load_onnx
-    from kb_tvm.model_tuning.extern_kernels import use_kernels
+    from kb_tvm.kernels.extern import use_kernels
 
     mod, tasks, target = bert_fp16_tasks()
     kernels = _twins(tasks)
@@ -85,7 +85,7 @@ def test_split_k_kernels_sum_their_partials_in_a_kernel_of_the_build_which_appli
     from hopper_helpers import SHIPPED_BERT
 
     from kb_tvm.model_tuning import build, example_inputs, load_onnx
-    from kb_tvm.model_tuning.extern_kernels import use_kernels
+    from kb_tvm.kernels.extern import use_kernels
 
     mod, tasks, target = bert_fp16_tasks()
     kernels = _twins(tasks, k_splits=4)
@@ -102,7 +102,7 @@ def test_split_k_kernels_sum_their_partials_in_a_kernel_of_the_build_which_appli
 
 
 def test_a_kernel_for_a_task_the_model_does_not_have_is_refused():
-    from kb_tvm.model_tuning.extern_kernels import ExternKernel, use_kernels
+    from kb_tvm.kernels.extern import ExternKernel, use_kernels
 
     mod, tasks, _ = bert_fp16_tasks()
     kernel = _twins(tasks)[0]
@@ -112,10 +112,10 @@ def test_a_kernel_for_a_task_the_model_does_not_have_is_refused():
 
 
 def test_the_sets_of_hopper_kernels_a_tuned_model_tries():
-    from kb_tvm.model_tuning.hopper_stage import options
-    from kb_tvm.search.hopper_task import HopperChoice
+    from kb_tvm.kernels.model_stage import options
+    from kb_tvm.kernels.task_search import KernelChoice
 
-    found = {name: HopperChoice(task=name, fused=None, tile=None, seconds=seconds)
+    found = {name: KernelChoice(task=name, family=None, problem=None, params=None, seconds=seconds)
              for name, seconds in (("qkv", 5e-6), ("ffn_up", 7e-6))}
 
     def tasks(sets):
@@ -129,7 +129,7 @@ def test_the_sets_of_hopper_kernels_a_tuned_model_tries():
 
 
 def test_the_stage_splits_its_seconds_by_model_time_and_what_a_task_leaves_goes_to_the_next():
-    from kb_tvm.model_tuning.hopper_stage import slice_end
+    from kb_tvm.kernels.model_stage import slice_end
 
     # BERT-base's layer, untuned: FFN down 36%, QKV 29%, FFN up 10%, the attention scores 1%;
     # 36 s for the stage (20% of 3 min)
@@ -145,7 +145,7 @@ def test_the_stage_splits_its_seconds_by_model_time_and_what_a_task_leaves_goes_
 def test_the_hopper_stage_serves_half_precision_on_sm90_only():
     import tvm
 
-    from kb_tvm.model_tuning.hopper_stage import applies
+    from kb_tvm.kernels import applicable as applies
 
     sm90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
     assert applies(sm90, "fp16") and applies(sm90, "bf16")
@@ -157,8 +157,8 @@ def test_the_hopper_stage_serves_half_precision_on_sm90_only():
 def test_measured_variants_are_read_back_and_a_torn_last_line_is_measured_again(tmp_path):
     import json
 
-    from kb_tvm.search.hopper_task import FILE_NAME, read_rows
-    from kb_tvm.search.hopper_variants import VariantSearch
+    from kb_tvm.kernels.task_search import FILE_NAME, read_rows
+    from kb_tvm.kernels.hopper_gemm.variants import VariantSearch
 
     row = {"task": "t", **VariantSearch.record(__import__("kb_tvm.schedules.hopper_gemm", fromlist=["GemmTile"])
                                                .GemmTile(bm=64, bn=64, stages=3, b_layout="kn"), 6e-6)}

@@ -1,5 +1,5 @@
 """The Hopper GEMM template on the CPU: what it admits lowers to sm_90a CUDA with wgmma and TMA, what
-it refuses is refused with the rule (numerics need the GPU: kb_tvm.try_hopper checks them)."""
+it refuses is refused with the rule (numerics need the GPU: kb_tvm.kernels.hopper_gemm.harness checks them)."""
 
 from __future__ import annotations
 
@@ -136,7 +136,7 @@ def test_a_fused_tasks_kernel_computes_its_epilogue_and_takes_its_parameters_in_
     import tvm
     from kb_tvm.schedules.hopper_gemm import sm90a_target
 
-    from kb_tvm.search.hopper_match import match_fused_gemm
+    from kb_tvm.kernels.hopper_gemm.match import match_fused_gemm
 
     _, tasks, _ = bert_fp16_tasks()
     fused = match_fused_gemm(tasks["fused_matmul3_cast6_add4_divide_erf_add5_multiply2_multiply3"].dispatched[0])
@@ -155,7 +155,7 @@ def test_a_fused_tasks_kernel_computes_its_epilogue_and_takes_its_parameters_in_
 
 
 def test_a_tile_for_another_layout_or_dtype_is_refused_for_the_task():
-    from kb_tvm.search.hopper_match import match_fused_gemm
+    from kb_tvm.kernels.hopper_gemm.match import match_fused_gemm
 
     _, tasks, _ = bert_fp16_tasks()
     fused = match_fused_gemm(tasks["fused_matmul_cast1_add2"].dispatched[0])

@@ -9,7 +9,7 @@ import pytest
 from hopper_helpers import bert_fp16_tasks
 from kb_tvm.workloads import get_workload
 
-from kb_tvm.search.hopper_match import (
+from kb_tvm.kernels.hopper_gemm.match import (
     GemmProblem,
     NotAHopperGemm,
     match_fused_gemm,
@@ -93,7 +93,7 @@ def test_what_it_cannot_compute_is_refused_with_the_reason(workload, why):
 def test_the_gpu_harness_refuses_a_workload_it_cannot_run_in_one_line_before_touching_a_gpu(args, why, tmp_path):
     from click.testing import CliRunner
 
-    from kb_tvm.try_hopper import main
+    from kb_tvm.kernels.hopper_gemm.harness import main
 
     result = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "out.json")])
     assert result.exit_code == 2
@@ -175,8 +175,8 @@ def test_tune_op_opens_the_template_region_only_for_a_half_precision_gemm_on_hop
     events = []
     region = template_region(get_workload(workload), tvm.target.Target(target), TuningBudget(60).start(), tmp_path,
                              on_event=events.append)
-    assert region is None and not (tmp_path / "hopper.jsonl").exists()
+    assert region is None and not (tmp_path / "kernels.jsonl").exists()
     if skipped is None:
         assert events == []
     else:
-        assert [e["event"] for e in events] == ["hopper_skip"] and skipped in events[0]["why"]
+        assert [e["event"] for e in events] == ["kernel_skip"] and skipped in events[0]["why"]

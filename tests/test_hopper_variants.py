@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kb_tvm.schedules.hopper_gemm import GemmTile
-from kb_tvm.search.hopper_variants import (
+from kb_tvm.kernels.hopper_gemm.variants import (
     VariantSearch,
     family,
     predicted_seconds,
@@ -118,7 +118,7 @@ def test_bad_inputs_are_refused_with_the_rule():
 
 
 def test_split_k_is_offered_for_tilings_under_a_wave_with_two_k_tiles_a_split():
-    from kb_tvm.search.hopper_variants import SMS, variants
+    from kb_tvm.kernels.hopper_gemm.variants import SMS, variants
 
     small = variants(128, 768, 3072, b_layout="kn")  # BERT's FFN down: 24 tiles of 64x64
     splits = {t.k_splits for t in small}
@@ -130,7 +130,7 @@ def test_split_k_is_offered_for_tilings_under_a_wave_with_two_k_tiles_a_split():
 
 
 def test_persistent_blocks_are_offered_for_tilings_over_a_wave_with_a_producer():
-    from kb_tvm.search.hopper_variants import SMS
+    from kb_tvm.kernels.hopper_gemm.variants import SMS
 
     big = variants(4096, 4096, 4096)
     persistent = [t for t in big if t.persistent]

@@ -180,8 +180,8 @@ def test_a_faster_kernel_outside_the_space_stops_the_search_once_beating_it_no_l
     seconds, trials, events = runs[3e-6]
     # the coarse phase ranked the kernel outside beside the space's regions, first
     ranking = next(e["regions"] for e in events if e["event"] == "regions")
-    assert ranking[0]["region"] == "outside:hopper_gemm" and ranking[0]["kept"]
+    assert ranking[0]["region"] == "outside" and ranking[0]["kept"]
     assert ranking[0]["best_ms"] == pytest.approx(3e-3)
     slower = next(e["regions"] for e in runs[2e-5][2] if e["event"] == "regions")
-    assert [r["region"] for r in slower] == ["s0/sketch", "outside:hopper_gemm"]
+    assert [r["region"] for r in slower] == ["s0/sketch", "outside"]
     assert seconds < runs[None][0] and trials < runs[None][1]

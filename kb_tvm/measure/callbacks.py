@@ -44,7 +44,7 @@ class ProgressRecorder(PyMeasureCallback):
 
     def add(self, task: str, latencies_ms: list[float | None], task_id: int | None = None) -> None:
         """A measured batch (None: a failed candidate); also for kernels measured outside
-        MetaSchedule (the Hopper template's variants, task_id None)."""
+        MetaSchedule (a kernel family's variants, task_id None)."""
         ok = [ms for ms in latencies_ms if ms is not None]
         batch_best = min(ok, default=math.inf)
         self.trials += len(latencies_ms)

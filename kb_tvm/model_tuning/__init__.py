@@ -11,9 +11,8 @@ One module per step of a job:
   CUDA, the numerics tolerance per precision, and fast or exact math for erf, exp, tanh, softmax
 - `profiling`: the model's latency and each task's kernel timed alone
 - `record_choice`: per task, a tuned record only where it beats the default schedule
-- `hopper_stage`: on sm_90 in fp16/bf16, the Hopper template's kernels for the matmul tasks it
-  computes (searched first, inside the budget; kept where the model runs faster with them)
-- `extern_kernels`: kernels from outside MetaSchedule (those) linked into the build
+- the kernel families' stage (kb_tvm/kernels/model_stage.py): kernels written outside
+  MetaSchedule's space, searched first inside the budget and kept where the model runs faster
 - `run_state`: the resume state in the work dir
 - `report`: report.json's rows, the latency curve and its plot, report.md
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from ..allocation import TaskStats
 from ..budget import TuningBudget
+from ..kernels import model_stage
 from ..logger_guard import guard_metaschedule_logger
 from ..measure.targets import tensor_intrinsics
-from . import hopper_stage
 from .onnx_input import example_inputs, onnxruntime_outputs
 from .precision import (
     TOLERANCES,
@@ -79,7 +79,6 @@ def tune_model(
     from ..measure.candidate_log import FILE_NAME, CandidateLog
     from ..measure.database import RecordDatabase
     from ..measure.runner import KBRunner
-    from ..search.hopper_variants import VariantSearch
     from ..search.task_scheduler import KBTaskScheduler
     from ..tuning import KB_STRATEGIES, PIPELINES, check_strategy, make_search, measurement_pipeline
 
@@ -122,13 +121,13 @@ def tune_model(
             batches.append({"seconds": tuning_budget.spent, "task": point["task"], "best_ms": point["batch_best_ms"]})
 
         is_cuda = target.kind.name == "cuda"
-        hopper_found = {}  # the Hopper template's best right kernel per task it computes (kb, sm_90, fp16/bf16)
+        found = {}  # the kernel families' best right kernel per task one computes (kb only)
         uses_kb = strategy in KB_STRATEGIES
-        if uses_kb and hopper_stage.applies(target, precision):
-            hopper_found = hopper_stage.search_kernels(tasks, untuned, target, budget=tuning_budget, work_dir=work_dir,
-                                                       default_latency=default_latency, notify=notify)
-        # the scheduler starts from what each task has now: a Hopper kernel already makes its task fast
-        current_latency = {name: min(seconds, hopper_found[name].seconds) if name in hopper_found else seconds
+        if uses_kb:
+            found = model_stage.search_kernels(tasks, untuned, target, precision=precision, budget=tuning_budget,
+                                               work_dir=work_dir, default_latency=default_latency, notify=notify)
+        # the scheduler starts from what each task has now: a family's kernel already makes its task fast
+        current_latency = {name: min(seconds, found[name].seconds) if name in found else seconds
                            for name, seconds in default_latency.items()}
         database = RecordDatabase(work_dir=work_dir)
         recorder = ProgressRecorder(on_progress=measured)
@@ -164,17 +163,17 @@ def tune_model(
     else:
         references, reference_name = [outputs for outputs, _ in by_onnxruntime], by_onnxruntime[0][1]
     tolerance = TOLERANCES[precision]
-    hopper_tried, best = [], None  # with Hopper kernels: each set worth trying, built and timed end to end
-    for option in hopper_stage.options(hopper_found, used_latency):
+    tried, best = [], None  # with the families' kernels: each set worth trying, built and timed end to end
+    for option in model_stage.options(found, used_latency):
         candidate = build(mod, target, chosen, cuda_graph=cuda_graph, kernels=[c.kernel() for c in option])
         outputs, latency = run_and_time(candidate, target, input_sets)
         wrong = compare_sets(references, outputs, tolerance)[0] if option else None  # none: reported below
-        hopper_tried.append({"tasks": [c.task for c in option], "latency_ms": latency * 1e3, "mismatch": wrong})
+        tried.append({"tasks": [c.task for c in option], "latency_ms": latency * 1e3, "mismatch": wrong})
         if wrong is None and (best is None or latency < best[0]):
             best = (latency, outputs, candidate, option)
-    tuned_latency, tuned_outputs, executable, hopper = best
-    kernels = [c.kernel() for c in hopper]
-    used_latency.update({c.task: c.seconds for c in hopper})
+    tuned_latency, tuned_outputs, executable, used_kernels = best
+    kernels = [c.kernel() for c in used_kernels]
+    used_latency.update({c.task: c.seconds for c in used_kernels})
     executable.export_library(str(work_dir / "model.so"))
     graphs = cuda_graph and is_cuda
     if graphs:  # what the graphs bring: the same records, launched one by one
@@ -205,14 +204,14 @@ def tune_model(
                      "tolerance": tolerance.to_json()},
         "library": str(work_dir / "model.so"), "records": str(work_dir / "database_tuning_record.json"),
         "candidates": str(work_dir / FILE_NAME), "device_seconds": on_devices,
-        "hopper_kernels": [{"task": c.task, "seconds": c.seconds, **VariantSearch.record(c.tile, c.seconds)}
-                           for c in hopper],
-        "hopper_builds": hopper_tried if len(hopper_tried) > 1 else [],
+        "family_kernels": [{"task": c.task, "family": c.family.name, "seconds": c.seconds,
+                            **c.family.record(c.params)} for c in used_kernels],
+        "family_builds": tried if len(tried) > 1 else [],
         "plot": str(work_dir / "latency.png"),
         "curve": [{"seconds": round(s, 2), "estimated_ms": round(ms_ * 1e3, 5)} for s, ms_ in curve],
         "tasks": [_task_row(n, weights[n], default_latency[n], used_latency[n], total, total_after,
                              by_name.get(n), on_devices["per_task"].get(n),
-                             next((c.tile.describe() for c in hopper if c.task == n), None))
+                             next((c.describe() for c in used_kernels if c.task == n), None))
                   for n in sorted(weights, key=lambda n: -weights[n] * default_latency[n])],
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
     }

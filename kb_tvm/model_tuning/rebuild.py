@@ -6,11 +6,11 @@ each run's schedules, without tuning again.
         --log kb=kb-candidates.jsonl.gz --log stock=evolutionary-candidates.jsonl.gz --out rebuild.json
 
 Each log's tasks get their fastest logged schedule where it beats the default one, as `kb-tvm
-tune` chooses (the default schedules are timed here, on this machine). `--hopper 2m` also
-searches the Hopper template's kernels for the model's matmul tasks (sm_90, fp16/bf16) for that
-long and builds each log's model again with them as `kb-tvm tune` tries them: where they beat its
-schedules alone ("LABEL+hopper winners") and all of them ("LABEL+hopper all"); the variants
-measured go to hopper.jsonl beside --out."""
+tune` chooses (the default schedules are timed here, on this machine). `--families 2m` also
+searches the kernel families' kernels (kb_tvm/kernels) for the model's tasks for that long, where
+a family serves the target and precision, and builds each log's model again with them as `kb-tvm
+tune` tries them: where they beat its schedules alone ("LABEL+kernels winners") and all of them
+("LABEL+kernels all"); the variants measured go to kernels.jsonl beside --out."""
 
 from __future__ import annotations
 
@@ -29,17 +29,17 @@ import click
 @click.option("--target", default=None, help="As for kb-tvm tune.")
 @click.option("--log", "logs", multiple=True, metavar="LABEL=PATH",
               help="A run's candidates.jsonl(.gz) (repeatable; none: the untuned build alone).")
-@click.option("--hopper", "hopper_budget", default=None, metavar="BUDGET",
-              help="Search the Hopper template's kernels this long (e.g. 2m) and build each log with them too.")
+@click.option("--families", "families_budget", default=None, metavar="BUDGET",
+              help="Search the kernel families' kernels this long (e.g. 2m) and build each log with them too.")
 @click.option("--out", required=True, type=click.Path(dir_okay=False))
-def main(model, precision, input_shapes, exact_math, target, logs, hopper_budget, out) -> None:
+def main(model, precision, input_shapes, exact_math, target, logs, families_budget, out) -> None:
     """Rebuild tuned models from candidate logs; time them with and without CUDA graphs. Exits 1
     if any build's outputs miss onnxruntime's."""
     from tvm.s_tir import meta_schedule as ms
 
     from ..budget import TuningBudget
     from ..measure.targets import make_target
-    from . import hopper_stage
+    from ..kernels import FAMILIES, applicable, model_stage
     from . import (
         TOLERANCES,
         apply_math,
@@ -60,8 +60,9 @@ def main(model, precision, input_shapes, exact_math, target, logs, hopper_budget
     from .replay import records_from_candidates
 
     tvm_target = make_target(target)
-    if hopper_budget is not None and not hopper_stage.applies(tvm_target, precision):
-        raise click.UsageError("--hopper needs an sm_90 CUDA target and --precision fp16 or bf16")
+    if families_budget is not None and not applicable(tvm_target, precision):
+        raise click.UsageError("--families: no kernel family serves this target and precision ("
+                               + "; ".join(f"{f.name}: {f.applies(tvm_target, precision)}" for f in FAMILIES) + ")")
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     onnx_model = load_onnx(model, dict(parse_input_shape(text) for text in input_shapes))
     math = math_for(tvm_target, exact=exact_math)
@@ -88,24 +89,26 @@ def main(model, precision, input_shapes, exact_math, target, logs, hopper_budget
     default_latency = profile_kernels(untuned, tvm_target, tasks)
     timed("untuned", None)
     found = {}
-    if hopper_budget is not None:
+    if families_budget is not None:
         started = time.perf_counter()
-        found = hopper_stage.search_kernels(tasks, untuned, tvm_target, budget=TuningBudget(hopper_budget).start(),
-                                            work_dir=Path(out).parent, default_latency=default_latency, share=1.0,
-                                            notify=lambda e: click.echo(json.dumps(e)))
-        result["hopper"] = {"seconds": time.perf_counter() - started,
-                            "found": {n: {"seconds": c.seconds, "default_s": default_latency[n],
-                                          "tile": c.tile.describe()} for n, c in found.items()}}
+        found = model_stage.search_kernels(tasks, untuned, tvm_target, precision=precision,
+                                           budget=TuningBudget(families_budget).start(), work_dir=Path(out).parent,
+                                           default_latency=default_latency, share=1.0,
+                                           notify=lambda e: click.echo(json.dumps(e)))
+        result["families"] = {"seconds": time.perf_counter() - started,
+                              "found": {n: {"seconds": c.seconds, "default_s": default_latency[n],
+                                            "family": c.family.name, "variant": c.family.describe(c.params)}
+                                        for n, c in found.items()}}
     for text in logs:
         label, _, path = text.partition("=")
         records = records_from_candidates(path, tasks, tvm_target, model_space(tvm_target, precision))
         chosen, used = better_than_default(records, tasks, tvm_target, default_latency)
         result.setdefault("tuned_tasks", {})[label] = sum(used[n] < default_latency[n] for n in used)
         timed(label, chosen)
-        for option in hopper_stage.options(found, used)[1:]:  # as `kb-tvm tune` tries them
+        for option in model_stage.options(found, used)[1:]:  # as `kb-tvm tune` tries them
             tag = "all" if len(option) == len(found) else "winners"
-            result.setdefault("hopper_tasks", {})[f"{label}+hopper {tag}"] = [c.task for c in option]
-            timed(f"{label}+hopper {tag}", chosen, [c.kernel() for c in option])
+            result.setdefault("family_tasks", {})[f"{label}+kernels {tag}"] = [c.task for c in option]
+            timed(f"{label}+kernels {tag}", chosen, [c.kernel() for c in option])
     if not all(entry["numerics_ok"] for entry in result["builds"].values()):
         raise SystemExit(1)
 

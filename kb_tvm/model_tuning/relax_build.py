@@ -52,17 +52,16 @@ def build(mod, target, database=None, *, cuda_graph: bool = True, kernels=()):
     TIR lowers with `build_config` per function, as each kernel was built when it was tuned: on CUDA a tensor-core record needs merged shared memory
     to lower, and dlight's reductions fail under it. Not `compile_relax`, which
     would fuse the prepared module again before applying the records and so change the
-    functions the records were tuned for. kernels: `measure.extern_kernel.ExternKernel`s (the Hopper
-    template's) that replace their tasks, linked into the executable."""
+    functions the records were tuned for. kernels: `kernels.extern.ExternKernel`s (a kernel
+    family's) that replace their tasks, linked into the executable."""
     import tvm
     from tvm import relax
     from tvm.relax import pipeline as relax_pipeline
     from tvm.s_tir import dlight as dl
     from tvm.s_tir import meta_schedule as ms
 
-    from ..measure.extern_kernel import compile_kernels
+    from ..kernels.extern import compile_kernels, use_kernels
     from ..measure.targets import register_tir_pipeline
-    from .extern_kernels import use_kernels
 
     database = database if database is not None else ms.database.MemoryDatabase()
     if target.kind.name == "cuda":  # TVM 0.27's backend.cuda does not export its dataflow_lower_passes

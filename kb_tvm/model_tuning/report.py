@@ -6,13 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def _task_row(name, weight, default, after, total, total_after, stats, device_seconds=None, hopper=None) -> dict:
+def _task_row(name, weight, default, after, total, total_after, stats, device_seconds=None, kernel=None) -> dict:
+    """kernel: the family and variant that replaces the task (KernelChoice.describe), if one does."""
     return {"task": name, "weight": weight, "share_of_model_time": weight * default / total,
             "share_at_end": weight * after / total_after,
             "seconds": stats.seconds if stats else None, "trials": stats.trials if stats else None,
             "device_seconds": device_seconds,
             "latency_before_ms": default * 1e3, "latency_after_ms": after * 1e3,
-            "schedule": f"hopper {hopper}" if hopper else "default" if after == default else "tuned",
+            "schedule": kernel if kernel else "default" if after == default else "tuned",
             "retired": stats.retired if stats else None, "revived": stats.revivals if stats else 0}
 
 
@@ -110,8 +111,8 @@ def report_markdown(report: dict) -> str:
         "![end-to-end latency against seconds spent](latency.png)",
         "",
         "Latency before = the task's default schedule in the untuned build; after = the schedule the "
-        "tuned build uses (a tuned record only where it beats the default; `hopper` = the Hopper "
-        "template's kernel, its parameters in hopper.jsonl). Share of model time: "
+        "tuned build uses (a tuned record only where it beats the default; a kernel family's name "
+        "and parameters = that family's kernel (kb_tvm/kernels), its row in kernels.jsonl). Share of model time: "
         "weight x latency over all tasks, untuned and at the end.",
         "",
         "| task | weight | share untuned | share at end | seconds | device s | trials | before ms | after ms | schedule "

@@ -111,7 +111,7 @@ class EvolutionaryPolicy(ReplayPolicy):
 class RulesPolicy(ReplayPolicy):
     """kb's search as it runs on a GPU or CPU, on the dataset; `steer`: a meta-policy choosing
     its macro-actions (the agent wing's; None: the rules alone); `outside_best_s`: a latency the
-    task already has outside the dataset's space (as the Hopper template gives tune-op)."""
+    task already has outside the dataset's space (as a kernel family gives tune-op)."""
 
     name = "rules"
 

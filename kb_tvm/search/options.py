@@ -37,7 +37,7 @@ class SearchOptions:
     refine_after: float = 0.85
     min_total_gain: float = 0.005
     patience: int = 3
-    # under a kernel from outside the space (tune-op's Hopper template), stop once the best's pace
+    # under a kernel from outside the space (tune-op's kernel family), stop once the best's pace
     # (in log time) times this margin would not reach it in the seconds left
     bar_margin: float = 2.0
     # the search's own time: sampling at most this share of the budget, proposing at most this

@@ -153,7 +153,7 @@ class Planner:
                      outside: decisions.RegionStats | None = None) -> list[tuple]:
         """Rank the regions (predicted_best: region -> best predicted log-latency of its
         unmeasured samples) and keep the best; ranked rows (stats, score, kept, why).
-        `outside`: a region searched outside MetaSchedule's space (the Hopper template's
+        `outside`: a region searched outside MetaSchedule's space (a kernel family's
         variants), ranked beside the others by the same rule: where it ranks among the kept, it
         takes one of their places, and the fine phase searches one region fewer."""
         for name, value in predicted_best.items():

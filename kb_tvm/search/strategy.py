@@ -45,14 +45,16 @@ class KBSearch(PySearchStrategy):
     wall-clock budget still make two runs part later. `agent`: a trained `kb_tvm.agent.MacroPolicy`
     that picks each fine-phase batch's macro-action (the rules where it is unsure; None: the
     rules alone). `outside_best`: task name -> the best seconds already measured for that task
-    outside MetaSchedule's space (the Hopper template's kernel); its search spends seconds only
-    where it expects to beat them. Other options: `SearchOptions`.
+    outside MetaSchedule's space (a kernel family's kernel); its search spends seconds only
+    where it expects to beat them. `outside_names`: task name -> what found that kernel (the
+    family's name), the name of its region in the decision log. Other options: `SearchOptions`.
     """
 
     def __init__(self, *, budget: str | float | TuningBudget, templates_dir: str | None = None,
                  log_dir: str | None = None, on_event: Callable[[dict], None] | None = None,
                  experience: Experience | None = None, agent=None,
-                 outside_best: dict[str, float] | None = None, **options) -> None:
+                 outside_best: dict[str, float] | None = None, outside_names: dict[str, str] | None = None,
+                 **options) -> None:
         check_option("experience", experience, experience is None or isinstance(experience, Experience),
                      "must be a kb_tvm.Experience or None")
         # the agent wing sits above the search: asked for by what it does (a task -> a macro-action), not imported
@@ -62,6 +64,7 @@ class KBSearch(PySearchStrategy):
             isinstance(v, (int, float)) and v > 0 for v in outside_best.values())),
                      "must map task names to seconds > 0, or be None")
         self.outside_best = dict(outside_best or {})
+        self.outside_names = dict(outside_names or {})
         self.experience = experience
         self.agent = agent
         self.budget = budget if isinstance(budget, TuningBudget) else TuningBudget(budget)
@@ -109,7 +112,8 @@ class KBSearch(PySearchStrategy):
         self.task = TaskSearch(context=self.context, design_spaces=design_spaces, templates=templates,
                                budget=self.budget.task(task_name), options=options, max_trials=int(max_trials),
                                trials_per_batch=int(num_trials_per_iter), log=log, borrowed=borrowed,
-                               prior=prior, steer=self.agent, outside_best_s=self.outside_best.get(task_name))
+                               prior=prior, steer=self.agent, outside_best_s=self.outside_best.get(task_name),
+                               outside_name=self.outside_names.get(task_name))
         log.write("start", task=self.context.task_name, target=str(self.context.target.export()),
                   budget_s=self.budget.total, budget_spent_s=self.budget.spent, max_trials=int(max_trials),
                   trials_per_batch=int(num_trials_per_iter), design_spaces=len(design_spaces),
@@ -150,7 +154,7 @@ class KBSearch(PySearchStrategy):
         # clones (one per task) share the budget: it counts seconds of the whole job
         return KBSearch(budget=self.budget, templates_dir=self.templates_dir, log_dir=self.log_dir,
                         on_event=self.on_event, experience=self.experience, agent=self.agent,
-                        outside_best=self.outside_best, **vars(self.options))
+                        outside_best=self.outside_best, outside_names=self.outside_names, **vars(self.options))
 
 
 @derived_object

@@ -29,8 +29,8 @@ from .options import SearchOptions
 from .planner import Planner, unmeasured
 from .regions import Region
 
-# the region of outside_best_s's kernel in the coarse phase's ranking: tune-op's is the Hopper template's
-OUTSIDE_REGION = "outside:hopper_gemm"
+# the region of outside_best_s's kernel in the coarse phase's ranking ("outside:NAME" given its name)
+OUTSIDE_REGION = "outside"
 
 
 class TaskSearch:
@@ -42,17 +42,18 @@ class TaskSearch:
                  borrowed: list[Borrowed] | None = None, prior: PriorModel | None = None,
                  factory=None, clock: Callable[[], float] = time.monotonic,
                  steer: Callable[[TaskSearch], str | None] | None = None,
-                 outside_best_s: float | None = None) -> None:
+                 outside_best_s: float | None = None, outside_name: str | None = None) -> None:
         """`factory`: where candidates come from (default: a CandidateFactory of `context`; the
         replay environment passes one over a recorded dataset); `clock`: seconds, the
         budget's (replay: simulated); `steer`: a meta-policy asked for a macro-action before
         each fine-phase batch (planner.MACRO_ACTIONS, or None to leave it to the rules);
         `outside_best_s`: the task's best latency measured outside MetaSchedule's space (a
-        kernel of the Hopper template): proposals gain only where they are expected to beat it,
-        so the search stops once it no longer pays to try."""
+        kernel family's kernel, `outside_name`): proposals gain only where they are expected to
+        beat it, so the search stops once it no longer pays to try."""
         if outside_best_s is not None and not outside_best_s > 0:
             raise ValueError(f"outside_best_s={outside_best_s!r}: seconds > 0, or None")
         self.outside_best_s = outside_best_s
+        self.outside_name = OUTSIDE_REGION if outside_name is None else f"{OUTSIDE_REGION}:{outside_name}"
         self.ctx = context
         self.clock = clock
         self.steer = steer
@@ -96,7 +97,7 @@ class TaskSearch:
         """The kernel found outside MetaSchedule's space as a region the coarse phase ranks."""
         if self.outside_best_s is None:
             return None
-        return decisions.RegionStats(name=OUTSIDE_REGION, sampled=1,
+        return decisions.RegionStats(name=self.outside_name, sampled=1,
                                      measured_log_latencies=[math.log(self.outside_best_s)])
 
     # ------------------------------------------------------------ the loop

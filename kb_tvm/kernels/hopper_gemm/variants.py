@@ -1,5 +1,5 @@
 """Which variants of the Hopper GEMM template (schedules/hopper_gemm.py) to measure, in what order,
-and when to stop. Plain Python: the caller measures (kb_tvm.try_hopper on a GPU).
+and when to stop. Plain Python: the caller measures (kernels/task_search.py, or harness.py on a GPU).
 
 The order comes from a model of a variant's seconds: waves of blocks over the SMs times one
 block's tensor-core work, at an efficiency that grows with the wgmma's N and with a producer
@@ -20,7 +20,8 @@ import itertools
 import math
 from dataclasses import dataclass, field, fields
 
-from ..schedules.hopper_gemm import SMS, GemmTile
+from ...schedules.hopper_gemm import SMS, GemmTile
+
 SM_SHARED_BYTES = 228 * 1024
 SM_REGISTERS = 65536
 PEAK_FLOPS = 990e12  # dense fp16/bf16 tensor-core peak of an H200 (SXM)

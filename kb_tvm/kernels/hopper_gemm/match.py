@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..schedules.hopper_gemm import INPUT_DTYPES, OUTPUT_DTYPES
+from ..family import NotApplicable
+from ...schedules.hopper_gemm import INPUT_DTYPES, OUTPUT_DTYPES
 
 SPATIAL, REDUCE = 0, 2  # TVM's IterVar kinds (DataPar, CommReduce)
 
 
-class NotAHopperGemm(ValueError):
+class NotAHopperGemm(NotApplicable):
     """The task is not a GEMM the template computes; the message says why."""
 
 
@@ -78,7 +79,7 @@ class FusedGemm:
         """The template's kernel for this task and variant, exported as `symbol`. It takes the task's
         parameters in the task's order, A, B and C as 2-D (the caller reshapes them: a view), the
         others as they are."""
-        from ..schedules.hopper_gemm import gemm
+        from ...schedules.hopper_gemm import gemm
 
         p = self.problem
         if tile.b_layout != p.b_layout or tile.dtype != p.dtype:

@@ -1,9 +1,9 @@
 """The Hopper GEMM template (schedules/hopper_gemm.py) on an H200: every variant checked against a
 reference before it is timed, beside cuBLAS (through torch) on the same GPU.
 
-    python -m kb_tvm.try_hopper --shape 4096x4096x4096 --tile 128x128x4x1 --out hopper.json
-    python -m kb_tvm.try_hopper --shape 4096x4096x4096 --search 5m --out search.json
-    python -m kb_tvm.try_hopper --workload gemm-4096-fp16 --search 1m --out search.json
+    python -m kb_tvm.kernels.hopper_gemm.harness --shape 4096x4096x4096 --tile 128x128x4x1 --out hopper.json
+    python -m kb_tvm.kernels.hopper_gemm.harness --shape 4096x4096x4096 --search 5m --out search.json
+    python -m kb_tvm.kernels.hopper_gemm.harness --workload gemm-4096-fp16 --search 1m --out search.json
 
 --tile is BMxBNxSTAGESxCONSUMERS[xGROUP_M[xPRODUCER[xPERSISTENT[xPAIRED[xSETMAXNREG[xCLUSTER_M[xPINGPONG]]]]]]]
 (repeatable; PRODUCER to SETMAXNREG and PINGPONG are 0 or 1, CLUSTER_M 1 or 2). A variant whose
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import click
 
-from .measure.pipeline import OUR_BUGS
+from ...measure.pipeline import OUR_BUGS
 
 
 TILE_FORMAT = "BMxBNxSTAGESxCONSUMERS[xGROUP_M[xPRODUCER[xPERSISTENT[xPAIRED[xSETMAXNREG[xCLUSTER_M[xPINGPONG]]]]]]]"
@@ -112,10 +112,10 @@ def run_variant(m, n, k, tile, out_dtype, a, b, reference) -> dict:
 
 
 def search_shape(m, n, k, dtype, b_layout, out_dtype, budget, a, b, reference, echo) -> dict:
-    """kb's search over the template's variants for one shape (search/hopper_variants.py) within
+    """kb's search over the template's variants for one shape (variants.py) within
     `budget` seconds: each asked variant built, checked and timed; the best and the curve."""
-    from .budget import TuningBudget
-    from .search.hopper_variants import VariantSearch
+    from ...budget import TuningBudget
+    from .variants import VariantSearch
 
     clock = TuningBudget(budget).start()
     search = VariantSearch(m, n, k, dtype, b_layout)
@@ -138,8 +138,8 @@ def search_shape(m, n, k, dtype, b_layout, out_dtype, budget, a, b, reference, e
 
 def problems(shapes, workload_names, dtype, b_layout, out_dtype) -> list:
     """The GEMMs to run: each --shape with the dtype and layout options, and each --workload of
-    the suite as its TIR says (search/hopper_match.py), or a one-line error why it cannot be."""
-    from kb_tvm.search.hopper_match import GemmProblem, NotAHopperGemm, match_gemm
+    the suite as its TIR says (match.py), or a one-line error why it cannot be."""
+    from .match import GemmProblem, NotAHopperGemm, match_gemm
     from kb_tvm.workloads import get_workload
 
     out = []
@@ -199,7 +199,7 @@ def main(shapes, workload_names, tiles, dtype, out_dtype, b_layout, budget, out_
     try:
         import torch
     except ImportError:
-        raise click.ClickException("try_hopper needs torch (its reference and cuBLAS) and an sm_90 GPU") from None
+        raise click.ClickException("the harness needs torch (its reference and cuBLAS) and an sm_90 GPU") from None
     rows = []
 
     def save(dtype):  # after every row: a run cut short keeps what it measured

@@ -1,17 +1,56 @@
-"""Kernels built outside MetaSchedule (the Hopper template) in a model's build: each chosen task's
-`call_tir` becomes a `call_dps_packed` of the kernel's symbol, its arguments reshaped to the shapes
-the kernel takes (views, no copies), and the compiled kernels go into the executable as external
-modules. Relax's CUDA-graph rewrite captures these calls like any kernel launch. The kernels
-themselves (`ExternKernel`, `compile_kernels`) are measure/extern_kernel.py's.
-
-A kernel that MetaSchedule's database cannot hold (it is not a schedule of the task's TIR) is
-kept as what rebuilds it: the task, the template's parameters, its measured seconds (see
-`hopper_stage.py`)."""
+"""A kernel built outside MetaSchedule (by a kernel family) that replaces a task: `ExternKernel`,
+its compilation (`compile_kernels`) and its place in a Relax model's build (`use_kernels`)."""
 
 from __future__ import annotations
 
-from ..measure.extern_kernel import ExternKernel
+from dataclasses import dataclass
 
+
+@dataclass(frozen=True, eq=False)
+class ExternKernel:
+    """One task's replacement: the PrimFunc (exported as `symbol`) and the shape it takes each of
+    its parameters in, the output last. By default it takes all of the task's inputs and computes
+    its output. With `then` (a split-K kernel), it takes the inputs at `takes` and computes an
+    intermediate, and `then`, a PrimFunc the build compiles and schedules as its own, computes the
+    task's output from that and the task's other inputs (shapes: `then_shapes`)."""
+
+    task: str
+    symbol: str
+    func: object  # tirx PrimFunc
+    shapes: tuple
+    pipeline: str = "tirx"  # the TIR pipeline `func` compiles with
+    arch: str | None = None  # a CUDA arch of its own (e.g. sm_90a for wgmma), else the build's
+    takes: tuple | None = None  # which of the task's inputs `func` takes (None: all, in order)
+    then: object | None = None
+    then_shapes: tuple = ()
+
+    @property
+    def then_symbol(self) -> str:
+        return f"{self.symbol}_then"
+
+
+def compile_kernels(kernels: list[ExternKernel], target):
+    """One runtime module holding every kernel (they share a TIR pipeline and arch), or None."""
+    import tvm
+
+    if not kernels:
+        return None
+    kinds = {(k.pipeline, k.arch) for k in kernels}
+    if len(kinds) != 1:
+        raise ValueError(f"kernels of several TIR pipelines or archs ({sorted(kinds, key=str)}) in one build")
+    pipeline, arch = kinds.pop()
+    if arch is not None:
+        target = tvm.target.Target({**target.export(), "arch": arch})
+    mod = tvm.IRModule({k.symbol: k.func for k in kernels})
+    with target:
+        return tvm.compile(mod, target=target, tir_pipeline=pipeline).mod
+
+
+# In a model's build each chosen task's `call_tir` becomes a `call_dps_packed` of the kernel's
+# symbol, its arguments reshaped to the shapes the kernel takes (views, no copies), and the
+# compiled kernels go into the executable as external modules. Relax's CUDA-graph rewrite captures
+# these calls like any kernel launch. MetaSchedule's database cannot hold such a kernel (it is not
+# a schedule of the task's TIR): it is kept as what rebuilds it (kernels.jsonl's rows).
 
 def use_kernels(mod, kernels: list[ExternKernel]):
     """`mod` (a prepared Relax module) with each kernel's task called through its symbol and the

@@ -1,6 +1,6 @@
-"""The Hopper template's variant search for one task on the local GPU: each variant built, checked
-against the task's own output and timed, a line of hopper.jsonl each. tune-op's template region
-(tuning.py) and a model's Hopper stage (model_tuning/hopper_stage.py) both run it."""
+"""One task's variant search for one kernel family on the local device: each variant the family
+proposes built, checked against the task's own output and timed, a line of kernels.jsonl each.
+tune-op's region (tuning.py) and a model's stage (model_stage.py) both run it."""
 
 from __future__ import annotations
 
@@ -11,45 +11,37 @@ from pathlib import Path
 
 import numpy as np
 
-FILE_NAME = "hopper.jsonl"
+from .family import KernelFamily, NotApplicable
 
-SHARE_OF_BUDGET = 0.2  # at most this much of the job's seconds: the template's search is short
+FILE_NAME = "kernels.jsonl"
 
-ARCH = "sm_90a"  # wgmma and setmaxnreg need the arch-specific target; MetaSchedule and dlight keep sm_90
-
-
-
-def on_hopper(target) -> bool:
-    """Whether the target is an sm_90 (Hopper) GPU, where the template's kernels run."""
-    arch = str(target.attrs.get("arch", "")) if target.kind.name == "cuda" else ""
-    return arch.startswith("sm_9")
-
+SHARE_OF_BUDGET = 0.2  # at most this much of the job's seconds: the families' searches are short
 
 
 @dataclass(frozen=True, eq=False)
-class HopperChoice:
+class KernelChoice:
+    """A task's best right variant of a family: what rebuilds its kernel, and its seconds."""
+
     task: str
-    fused: object  # search.hopper_match.FusedGemm
-    tile: object  # schedules.hopper_gemm.GemmTile
+    family: KernelFamily
+    problem: object  # what family.match read off the task
+    params: object  # the family's parameters of the variant
     seconds: float
+    target: object = None
 
     def kernel(self):
-        return _extern(self.fused, self.tile, self.task)
+        return self.family.build(self.problem, self.params, self.target, self.task)
+
+    def describe(self) -> str:
+        """The family and variant, one line (report rows, events)."""
+        return f"{self.family.name} {self.family.describe(self.params)}"
 
 
+def local_device(target):
+    """The device of this machine that runs `target`'s kernels (the families' are measured here)."""
+    import tvm
 
-def _extern(fused, tile, task: str):
-    from ..measure.extern_kernel import ExternKernel
-
-    symbol = f"kb_hopper_{task}"
-    splits = tile.k_splits
-    if splits > 1:  # the template's partial sums, then the sum with the task's epilogue
-        return ExternKernel(task=task, symbol=symbol, func=fused.kernel(tile, symbol),
-                            shapes=tuple(fused.partial_shapes(splits)), arch=ARCH, takes=fused.gemm_inputs,
-                            then=fused.summed(splits, f"{symbol}_then"), then_shapes=tuple(fused.summed_shapes(splits)))
-    return ExternKernel(task=task, symbol=symbol, func=fused.kernel(tile, symbol), shapes=tuple(fused.kernel_shapes()),
-                        arch=ARCH)
-
+    return tvm.device("cpu" if target.kind.name == "llvm" else target.kind.name, 0)
 
 
 def read_rows(work_dir: Path) -> list[dict]:
@@ -65,52 +57,49 @@ def read_rows(work_dir: Path) -> list[dict]:
     return rows
 
 
-
-def search_task(fused, name: str, target, device, reference, *, until, work_dir: Path, earlier: list[dict],
-                notify=lambda event: None) -> HopperChoice | None:
-    """kb's variant search for one task (search/hopper_variants.py) until `until()` or until it
-    stops itself: each variant built, compared with `reference(arrays)` (the task's output on
-    those arrays) on two input sets, then timed, and appended to the work dir's hopper.jsonl.
-    Variants measured before (`earlier`, that file's rows) are not measured again. None when the
-    template admits no variant of this shape or none computed right."""
-    from .hopper_variants import VariantSearch
-
-    p = fused.problem
+def search_task(family: KernelFamily, problem, func, name: str, target, device, reference, *, until,
+                work_dir: Path, earlier: list[dict], notify=lambda event: None) -> KernelChoice | None:
+    """The family's variant search for task `name` (`func`: its PrimFunc) until `until()` or until
+    it stops itself: each variant built, compared with `reference(arrays)` (the task's output on those arrays) on two
+    input sets, then timed, and appended to the work dir's kernels.jsonl. Variants measured before
+    (`earlier`, that file's rows) are not measured again. None when the family admits no variant
+    of this shape or none computed right."""
     try:
-        search = VariantSearch(p.m, p.n, p.k, p.dtype, p.b_layout, batch=p.batch, b_batched=p.b_batched)
-    except ValueError as why:  # no tile fits the shape
-        notify({"event": "hopper_skip", "task": name, "why": str(why)})
+        search = family.variants(problem, target)
+    except NotApplicable as why:  # no variant fits the shape
+        notify({"event": "kernel_skip", "family": family.name, "task": name, "why": str(why)})
         return None
-    search.replay([r for r in earlier if r["task"] == name])
-    inputs = [_inputs(fused, seed) for seed in (0, 1)]
+    for row in earlier:
+        if row["task"] == name and row.get("family") == family.name:
+            search.tell(family.from_record(row), row["seconds"])
+    inputs = [_inputs(list(func.params), seed) for seed in (0, 1)]
     references = [reference(arrays) for arrays in inputs]
     with (Path(work_dir) / FILE_NAME).open("a") as log:
-        while not until() and (tile := search.ask()) is not None:
-            row = _measure(fused, tile, target, device, inputs, references, name)
-            search.tell(tile, row["seconds"])
+        while not until() and (params := search.ask()) is not None:
+            row = _measure(family, problem, params, target, device, inputs, references, name)
+            search.tell(params, row["seconds"])
             log.write(json.dumps(row) + "\n")
             log.flush()
-            notify({"event": "hopper_variant", **row})
+            notify({"event": "kernel_variant", **row})
     if search.best is None:
         return None
-    tile, seconds = search.best
-    return HopperChoice(task=name, fused=fused, tile=tile, seconds=seconds)
+    params, seconds = search.best
+    return KernelChoice(task=name, family=family, problem=problem, params=params, seconds=seconds, target=target)
 
 
-
-def _inputs(fused, seed: int) -> list[np.ndarray]:
-    """Activation-like arrays for the task's parameters in its own shapes, the output last (zeros)."""
+def _inputs(params: list, seed: int) -> list[np.ndarray]:
+    """Activation-like arrays for the task's parameters (`params`: its buffers) in its own shapes,
+    the output last (zeros)."""
     from ..measure.workers import activation_like
 
     arrays = []
-    for i, buf in enumerate(fused.params):
+    for i, buf in enumerate(params):
         shape = [int(d) for d in buf.ty.shape]
         dtype = str(buf.ty.dtype)
-        last = i == len(fused.params) - 1
+        last = i == len(params) - 1
         arrays.append(np.zeros(shape, dtype=activation_like([1], dtype).dtype) if last
                       else activation_like(shape, dtype, seed=seed * 100 + i))
     return arrays
-
 
 
 def task_output(library, name: str, arrays, device) -> np.ndarray:
@@ -123,19 +112,14 @@ def task_output(library, name: str, arrays, device) -> np.ndarray:
     return args[-1].numpy().astype(np.float32)
 
 
-
-def _measure(fused, tile, target, device, inputs, references, name: str) -> dict:
-    """Build, check on both input sets, time: one line of hopper.jsonl. A split-K variant is its
-    two kernels, checked and timed together."""
-    from .hopper_variants import VariantSearch
-
-    p = fused.problem
-    row = {"task": name, "m": p.m, "n": p.n, "k": p.k, "batch": p.batch, "dtype": p.dtype,
-           **VariantSearch.record(tile, None),
-           "build_s": None, "run_s": None, "ok": False, "error": None}
+def _measure(family: KernelFamily, problem, params, target, device, inputs, references, name: str) -> dict:
+    """Build, check on both input sets, time: one line of kernels.jsonl. A kernel with a `then`
+    (a split-K's sum) is its two kernels, checked and timed together."""
+    row = {"family": family.name, "task": name, **family.problem_record(problem), **family.record(params),
+           "seconds": None, "build_s": None, "run_s": None, "ok": False, "error": None}
     started = time.perf_counter()
     try:
-        kernel = _extern(fused, tile, name)
+        kernel = family.build(problem, params, target, name)
         steps = _compile(kernel, target)
     except Exception as err:  # noqa: BLE001 - TVM's compiler raises many kinds; the variant failed
         row.update(build_s=time.perf_counter() - started, error=f"build: {_first_line(err)}")
@@ -147,7 +131,7 @@ def _measure(fused, tile, target, device, inputs, references, name: str) -> dict
         for (library, symbol), args in zip(steps, calls):
             library[symbol](*args)
         got = calls[-1][-1].numpy().astype(np.float32).reshape(expected.shape)
-        wrong = _mismatch(expected, got)
+        wrong = _mismatch(expected, got, family.tolerance)
         if wrong:
             row.update(run_s=time.perf_counter() - started, error=f"wrong result: {wrong}")
             return row
@@ -157,14 +141,13 @@ def _measure(fused, tile, target, device, inputs, references, name: str) -> dict
     return row
 
 
-
 def _compile(kernel, target) -> list[tuple[object, str]]:
-    """(library, symbol) of each kernel a variant runs: the template's, then a split-K's sum, which
-    is scheduled as the build schedules it (dlight)."""
+    """(library, symbol) of each kernel a variant runs: the family's, then its `then` (a split-K's
+    sum), which is scheduled as the build schedules it (dlight)."""
     import tvm
     from tvm.s_tir import dlight as dl
 
-    from ..measure.extern_kernel import compile_kernels
+    from .extern import compile_kernels
 
     steps = [(compile_kernels([kernel], target), kernel.symbol)]
     if kernel.then is not None:
@@ -174,7 +157,6 @@ def _compile(kernel, target) -> list[tuple[object, str]]:
             mod = dl.ApplyDefaultSchedule(dl.gpu.Fallback())(mod)
             steps.append((tvm.compile(mod, target=target).mod, name))
     return steps
-
 
 
 def _arguments(kernel, arrays, device) -> list[list]:
@@ -192,16 +174,14 @@ def _arguments(kernel, arrays, device) -> list[list]:
     return [[*first, partials], then]
 
 
-
-def _mismatch(expected: np.ndarray, got: np.ndarray) -> str | None:
+def _mismatch(expected: np.ndarray, got: np.ndarray, tolerance: float = 0.02) -> str | None:
     """Half-precision outputs of two fp32-accumulating kernels agree to about 1% of the output's
-    scale; a wrong kernel is off by far more."""
+    scale (the default `tolerance`, a family's); a wrong kernel is off by far more."""
     scale = float(np.abs(expected).max()) or 1.0
     error = float(np.abs(expected - got).max())
     if not np.isfinite(got).all():
         return "non-finite values"
-    return None if error <= 0.02 * scale else f"max error {error:.3g} against a scale of {scale:.3g}"
-
+    return None if error <= tolerance * scale else f"max error {error:.3g} against a scale of {scale:.3g}"
 
 
 def _first_line(err: Exception) -> str:

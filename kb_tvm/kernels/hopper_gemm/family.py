@@ -1,0 +1,74 @@
+"""The Hopper GEMM template (schedules/hopper_gemm.py, TMA + wgmma on sm_90a) as a `KernelFamily`:
+a task read as a fused GEMM (match.py), its variants in order of expected gain (variants.py)."""
+
+from __future__ import annotations
+
+from ..family import KernelFamily
+from .match import FusedGemm, NotAHopperGemm, match_fused_gemm
+
+ARCH = "sm_90a"  # wgmma and setmaxnreg need the arch-specific target; MetaSchedule and dlight keep sm_90
+PRECISIONS = ("fp16", "bf16")
+
+
+def on_hopper(target) -> bool:
+    """Whether the target is an sm_90 (Hopper) GPU, where the template's kernels run."""
+    arch = str(target.attrs.get("arch", "")) if target.kind.name == "cuda" else ""
+    return arch.startswith("sm_9")
+
+
+class HopperGemm(KernelFamily):
+    name = "hopper_gemm"
+    source = "schedules/hopper_gemm.py"
+    shows_refusals_of = "matmul"
+
+    def applies(self, target, precision: str | None = None) -> str | None:
+        if precision is not None and precision not in PRECISIONS:
+            return f"precision {precision}: the template computes {' or '.join(PRECISIONS)}"
+        if not on_hopper(target):
+            return "needs an sm_90 CUDA target"
+        return None
+
+    def match(self, mod, target) -> FusedGemm:
+        return match_fused_gemm(mod)
+
+    def variants(self, problem: FusedGemm, target):
+        from .variants import VariantSearch
+
+        p = problem.problem
+        try:
+            return VariantSearch(p.m, p.n, p.k, p.dtype, p.b_layout, batch=p.batch, b_batched=p.b_batched)
+        except ValueError as why:  # no tile fits the shape
+            raise NotAHopperGemm(str(why)) from None
+
+    def build(self, problem: FusedGemm, params, target, task: str):
+        from ..extern import ExternKernel
+
+        symbol = f"kb_hopper_{task}"
+        splits = params.k_splits
+        if splits > 1:  # the template's partial sums, then the sum with the task's epilogue
+            return ExternKernel(task=task, symbol=symbol, func=problem.kernel(params, symbol),
+                                shapes=tuple(problem.partial_shapes(splits)), arch=ARCH, takes=problem.gemm_inputs,
+                                then=problem.summed(splits, f"{symbol}_then"),
+                                then_shapes=tuple(problem.summed_shapes(splits)))
+        return ExternKernel(task=task, symbol=symbol, func=problem.kernel(params, symbol),
+                            shapes=tuple(problem.kernel_shapes()), arch=ARCH)
+
+    def describe(self, params) -> str:
+        return params.describe()
+
+    def record(self, params) -> dict:
+        from .variants import VariantSearch
+
+        return {"tile": VariantSearch.record(params, None)["tile"]}
+
+    def from_record(self, row: dict):
+        from ...schedules.hopper_gemm import GemmTile
+
+        return GemmTile(**row["tile"])
+
+    def problem_record(self, problem: FusedGemm) -> dict:
+        p = problem.problem
+        return {"m": p.m, "n": p.n, "k": p.k, "batch": p.batch, "dtype": p.dtype}
+
+
+FAMILY = HopperGemm()

@@ -1,0 +1,81 @@
+"""The kernel families' stage of `kb-tvm tune`: their kernels for a model's tasks, searched first
+inside the budget (`search_kernels`), then built into the model in sets (`options`), the fastest
+right one kept. Not measured through an RPC runner; not in MetaSchedule's database."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import applicable
+from .family import NotApplicable
+from .task_search import SHARE_OF_BUDGET, KernelChoice, local_device, read_rows, search_task, task_output
+
+
+def search_kernels(tasks, untuned, target, *, precision: str | None, budget, work_dir: Path,
+                   default_latency: dict[str, float], share: float = SHARE_OF_BUDGET,
+                   notify=lambda event: None) -> dict[str, KernelChoice]:
+    """The best right variant per task some family computes (of every family that serves `target`
+    and `precision`), within `share` of what is left of `budget` (a started TuningBudget), split
+    among the tasks by their model time, hottest first (`slice_end`), on this machine's device.
+    `untuned`: the untuned executable, whose kernels are the reference: every variant is run on
+    the same activation-like inputs and compared before it is timed (a wrong one is never
+    chosen). Every measured variant is a row of the work dir's kernels.jsonl, which `--resume`
+    replays, so that a measured variant is not measured again."""
+    families = applicable(target, precision)
+    if not families:
+        return {}
+    earlier = read_rows(work_dir)
+    stop_at = budget.spent + share * budget.remaining
+    device = local_device(target)
+    library = untuned.mod.imports[0]
+    out: dict[str, KernelChoice] = {}
+    model_time = {str(t.task_name): float(t.weight) * default_latency[str(t.task_name)] for t in tasks}
+    matched = []  # (task, its PrimFunc, family, problem), hottest task first
+    for task in sorted(tasks, key=lambda t: -model_time[str(t.task_name)]):
+        name, mod = str(task.task_name), task.dispatched[0]
+        for family in families:
+            try:
+                matched.append((name, mod["main"], family, family.match(mod, target)))
+            except NotApplicable as why:  # not a task the family computes
+                if family.shows_refusals_of and family.shows_refusals_of in name:
+                    notify({"event": "kernel_skip", "family": family.name, "task": name, "why": str(why)})
+    # a task two families compute shares its model time between their searches
+    per_family = {name: sum(n == name for n, *_ in matched) for name, *_ in matched}
+    weight = {name: model_time[name] / per_family[name] for name in per_family}
+    for i, (name, func, family, problem) in enumerate(matched):
+        task_stop = slice_end(budget.spent, stop_at, weight[name], sum(weight[n] for n, *_ in matched[i:]))
+        choice = search_task(family, problem, func, name, target, device,
+                             lambda arrays, name=name: task_output(library, name, arrays, device),
+                             until=lambda task_stop=task_stop: budget.spent >= task_stop, work_dir=work_dir,
+                             earlier=earlier, notify=notify)
+        if choice is not None and (name not in out or choice.seconds < out[name].seconds):
+            out[name] = choice
+            notify({"event": "kernel_best", "family": family.name, "task": name, "seconds": choice.seconds,
+                    "variant": family.describe(choice.params), "default_s": default_latency[name]})
+    return out
+
+
+def slice_end(now: float, end: float, model_time: float, model_time_left: float) -> float:
+    """When one task's variant search stops: its share, by the model time of the tasks still to
+    search (this one's included), of the stage's seconds left. What a task leaves unspent goes
+    to those after it."""
+    return now + (end - now) * model_time / model_time_left
+
+
+def choose(found: dict[str, KernelChoice], used_latency: dict[str, float]) -> list[KernelChoice]:
+    """The family's kernel for each task where it beats what the build would use otherwise."""
+    return [c for name, c in sorted(found.items()) if c.seconds < used_latency[name]]
+
+
+def options(found: dict[str, KernelChoice], used_latency: dict[str, float]) -> list[list[KernelChoice]]:
+    """The sets of the families' kernels worth building the model with, to keep the fastest end
+    to end: none, those that win alone (`choose`), all. Alone, a kernel's time counts the host's
+    work of each call (TVM encodes both TMA descriptors of a Hopper GEMM on every call) and so
+    understates it for a CUDA-graph build, which does that work once: on BERT-base, stock's
+    schedules with all four matmul kernels ran 0.797 ms in graphs, against 1.026 without them,
+    where the kernels alone won only one of four against kb's (H200, fp16)."""
+    out: list[list[KernelChoice]] = []
+    for kernels in ([], choose(found, used_latency), [c for _, c in sorted(found.items())]):
+        if [c.task for c in kernels] not in [[c.task for c in o] for o in out]:
+            out.append(kernels)
+    return out
