@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..measure.timer import time_function
+from ..measure.timing import TimingPolicy
 from .family import KernelFamily, NotApplicable
 
 FILE_NAME = "kernels.jsonl"
@@ -121,7 +123,9 @@ def _measure(family: KernelFamily, problem, params, target, device, inputs, refe
     try:
         kernel = family.build(problem, params, target, name)
         steps = _compile(kernel, target)
-    except Exception as err:  # noqa: BLE001 - TVM's compiler raises many kinds; the variant failed
+    # TVM's rejections (ScheduleError, InternalError) and nvcc's "Compilation error" are RuntimeErrors:
+    # the variant failed; a TypeError or the like from the family's own code propagates
+    except (RuntimeError, TimeoutError) as err:
         row.update(build_s=time.perf_counter() - started, error=f"build: {_first_line(err)}")
         return row
     row["build_s"] = time.perf_counter() - started
@@ -135,8 +139,9 @@ def _measure(family: KernelFamily, problem, params, target, device, inputs, refe
         if wrong:
             row.update(run_s=time.perf_counter() - started, error=f"wrong result: {wrong}")
             return row
-    seconds = sum(float(np.median(library.time_evaluator(symbol, device, number=20, repeat=5, min_repeat_ms=10)(
-        *args).results)) for (library, symbol), args in zip(steps, calls))
+    cpu = target.kind.name != "cuda"
+    seconds = sum(time_function(library, symbol, device, args, TimingPolicy(), cpu=cpu)["median_s"]
+                  for (library, symbol), args in zip(steps, calls))
     row.update(run_s=time.perf_counter() - started, ok=True, seconds=seconds)
     return row
 

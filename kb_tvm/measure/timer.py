@@ -13,7 +13,8 @@ a cap is reached), on `activation_like` arguments wherever kb fills them itself:
 - a model's end-to-end latency (untuned, tuned, with and without CUDA graphs):
   `model_tuning.profiling.run_and_time`, the VM's `invoke_stateful` on the model's example inputs,
   default policy, no race.
-The Hopper template's variants are the exception: search/hopper_task.py still times them itself.
+- a kernel family's variant (kernels/task_search.py): default policy, no race, summed over its
+  kernels (a split-K's sum is a second one).
 """
 
 from __future__ import annotations
