@@ -93,7 +93,7 @@ def retime(candidate, target, repeat: int = 10, number: int = 5) -> float:
     import tvm
 
     from kb_tvm.measure.targets import compile_kernel
-    from kb_tvm.measure.workers import activation_like
+    from kb_tvm.measure.timer import activation_like
 
     library = compile_kernel(candidate.sch.mod, target)
     device = tvm.cuda(0) if target.kind.name == "cuda" else tvm.cpu(0)

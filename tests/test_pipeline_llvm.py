@@ -192,7 +192,8 @@ def test_kernels_are_measured_on_activation_like_numbers_so_a_gather_runs_and_er
     import numpy as np
     import tvm
 
-    from kb_tvm.measure.workers import activation_like, arguments
+    from kb_tvm.measure.timer import activation_like
+    from kb_tvm.measure.workers import arguments
 
     builder, runner = pipeline
     [result] = build_and_run(builder, runner, [_gathers()], llvm_target)

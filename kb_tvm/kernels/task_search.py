@@ -92,7 +92,7 @@ def search_task(family: KernelFamily, problem, func, name: str, target, device, 
 def _inputs(params: list, seed: int) -> list[np.ndarray]:
     """Activation-like arrays for the task's parameters (`params`: its buffers) in its own shapes,
     the output last (zeros)."""
-    from ..measure.workers import activation_like
+    from ..measure.timer import activation_like
 
     arrays = []
     for i, buf in enumerate(params):

@@ -9,7 +9,7 @@ import tempfile
 import time
 from collections import OrderedDict
 
-from .timer import activation_like, device_arguments, time_function  # noqa: F401 - activation_like: its old home
+from .timer import device_arguments, time_function
 from .timing import TimingPolicy
 
 _ARGS: OrderedDict = OrderedDict()  # (device, argument signature) -> arguments, a few tasks' worth
