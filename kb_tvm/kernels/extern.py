@@ -41,7 +41,8 @@ def compile_kernels(kernels: list[ExternKernel], target):
     pipeline, arch = kinds.pop()
     if arch is not None:
         target = tvm.target.Target({**target.export(), "arch": arch})
-    mod = tvm.IRModule({k.symbol: k.func for k in kernels})
+    # each exported under its symbol, whatever its PrimFunc was called
+    mod = tvm.IRModule({k.symbol: k.func.with_attr("global_symbol", k.symbol) for k in kernels})
     with target:
         return tvm.compile(mod, target=target, tir_pipeline=pipeline).mod
 
