@@ -1,28 +1,10 @@
 import pytest
 
+from isolation import isolated_home, outside_the_checkout  # noqa: F401 - autouse fixtures
+
 
 @pytest.fixture(scope="session")
 def llvm_target():
     from kb_tvm.measure.targets import make_target
 
     return make_target({"kind": "llvm", "num-cores": 2})
-
-
-@pytest.fixture(scope="session", autouse=True)
-def isolated_home(tmp_path_factory):
-    """The suite never reads or writes the user's state: their experience library
-    (~/.cache/kb_tvm/experience) or anything else under their home. Subprocesses inherit this."""
-    home = tmp_path_factory.mktemp("home")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HOME", str(home))
-        patch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
-        patch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
-        yield home
-
-
-@pytest.fixture(autouse=True)
-def outside_the_checkout(tmp_path, monkeypatch):
-    """Every test runs from a folder of its own, as a user runs kb-tvm: what a test or its
-    subprocesses import is the installed package (not the checkout on `python -m`/`-c`'s path),
-    and a default work dir never lands in the checkout."""
-    monkeypatch.chdir(tmp_path)
