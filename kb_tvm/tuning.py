@@ -70,7 +70,7 @@ class TuneResult:
     # family, its parameters, ms, and whether it beat MetaSchedule's best (then final_ms is its time)
     template: dict | None = None
     # how final_ms was timed (`time_best`'s report: median_s, repeats, number, verdict); None
-    # where nothing was re-timed or final_ms is the Hopper template's
+    # where nothing was re-timed or final_ms is a kernel family's
     final_timing: dict | None = None
 
     def to_json(self) -> dict:
