@@ -205,3 +205,25 @@ def test_kernels_are_measured_on_activation_like_numbers_so_a_gather_runs_and_er
     assert not ints.any()
     assert np.abs(halves.astype("float32")).max() <= 1
     np.testing.assert_array_equal(floats, activation_like((1000,), "float32", seed=0))  # what time_best uses
+
+
+def test_a_build_tvm_rejects_fails_alone_but_an_api_error_ends_the_batch(llvm_target):
+    import tvm
+    from tvm.script import tirx as T
+
+    from kb_tvm.measure.pipeline import BuildPool
+
+    @T.prim_func
+    def unbound(a: T.Buffer((16,), "float32"), b: T.Buffer((16,), "float32")):
+        for i in T.thread_binding(16, thread="threadIdx.x"):  # a GPU thread on a CPU target: TVM refuses it
+            b[i] = a[i]
+
+    pool = BuildPool(workers_count=1, timeout_s=60)
+    try:
+        [rejected, built] = pool.build([(tvm.IRModule({"main": unbound}), llvm_target),
+                                        (tvm.IRModule({"main": _unrolled(16)}), llvm_target)])
+        assert rejected.error.startswith("build: InternalError") and built.error is None
+        with pytest.raises(TypeError):  # not a module: our bug, never a failed candidate
+            pool.build([("not a module", llvm_target)])
+    finally:
+        pool.close()

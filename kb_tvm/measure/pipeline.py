@@ -31,8 +31,11 @@ from dataclasses import dataclass
 from . import workers
 from .timing import TimingPolicy, keep_best
 
-# Exceptions that mean kb_tvm's own code is broken, not the candidate: never a failed sample.
-OUR_BUGS = (ImportError, NameError, AttributeError)
+# What a candidate that fails to build or run raises: TVM's rejections and device faults are
+# RuntimeErrors (InternalError, ScheduleError, RPCError; nvcc's "Compilation error" too: every failed
+# build of the recorded datasets was one of these or a timeout), a hang a TimeoutError, a crash a
+# ChildProcessError. Anything else (a TypeError from a changed API, our own bugs) ends the tune.
+CANDIDATE_FAILURES = (RuntimeError, TimeoutError, ChildProcessError)
 
 
 @dataclass
@@ -101,9 +104,7 @@ class BuildPool:
                 path, seconds, pid = future.result()
                 outcome = Outcome(value=path, seconds=seconds, pid=pid)
                 self.slowest_ok_s = max(self.slowest_ok_s or 0.0, seconds)
-            except OUR_BUGS:
-                raise
-            except Exception as err:  # noqa: BLE001 - whatever TVM raised: this candidate failed to build
+            except CANDIDATE_FAILURES as err:
                 outcome = Outcome(error=_failure(err, "build", limit_s))
             outcomes[futures[future]] = outcome
             if on_built is not None:
@@ -161,9 +162,7 @@ class Measurer:
                                             best), timeout=self.timeout_s)
         try:
             report = self._worker.recv()
-        except OUR_BUGS:
-            raise
-        except Exception as err:  # noqa: BLE001 - a candidate that failed to load or run
+        except CANDIDATE_FAILURES as err:
             if isinstance(err, (TimeoutError, ChildProcessError)) or self.device_type != "cpu":
                 self._restart()  # hung, dead, or a GPU context the fault may have broken
             return Outcome(error=_failure(err, "run", self.timeout_s))

@@ -32,7 +32,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from . import workers
-from .pipeline import OUR_BUGS, Outcome
+from .pipeline import CANDIDATE_FAILURES, Outcome
 from .timer import time_function
 from .timing import TimingPolicy, keep_best
 
@@ -223,13 +223,13 @@ class RemoteMeasurer:
                 self._current[name] = (job, time.monotonic())
             try:
                 outcome = self._measure(name, session, device, cache, job)
-            except OUR_BUGS as bug:  # kb's own: surfaces in the tune, never a failed candidate
+            except (*CANDIDATE_FAILURES, OSError) as err:  # RPC's faults are RPCErrors or OSErrors
+                outcome = err
+            except Exception as bug:  # kb's own: surfaces in the tune, never a failed candidate
                 with self._current_lock:
                     self._current.pop(name, None)
                 job.future.set_exception(bug)
                 raise
-            except Exception as err:  # noqa: BLE001 - RPC raises TVMError for both kinds of fault
-                outcome = err
             with self._current_lock:
                 if self._current.pop(name, None) is None:  # the watcher left this server: its candidate failed
                     return
@@ -279,5 +279,5 @@ def _server_gone(session) -> bool:
     try:
         session.get_function("runtime.GetDeviceAttr")
         return False
-    except Exception:  # noqa: BLE001 - any error here means the session is dead
+    except (RuntimeError, OSError):  # an RPCError or a broken link: the session is dead
         return True
