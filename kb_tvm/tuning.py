@@ -32,8 +32,8 @@ def check_strategy(strategy: str) -> None:
 
 
 def make_search(strategy: str, budget: TuningBudget, **kb_arguments):
-    """(SearchStrategy, MetaSchedule cost model) that `strategy` names; kb_arguments go to KBSearch
-    (they are not stock search's to take)."""
+    """(SearchStrategy, MetaSchedule cost model) that `strategy` names. kb_arguments go to KBSearch
+    and are not stock search's to take: it gets its seed from tune_tir/tune_relax."""
     from .search.strategy import KBSearch, TimeCappedSearch
 
     check_strategy(strategy)
@@ -185,9 +185,8 @@ def tune_operator(
         if on_event is not None:
             on_event(record)
 
-    kb_arguments = dict(seed=seed, repeatable=repeatable, on_event=event, experience=experience,
-                        log_dir=str(work_dir / "kb_logs")) if strategy in KB_STRATEGIES else {}
-    search, cost_model = make_search(strategy, tuning_budget, **kb_arguments)  # refuses a bad one first
+    search, cost_model = make_search(strategy, tuning_budget, seed=seed, repeatable=repeatable, on_event=event,
+                                     experience=experience, log_dir=str(work_dir / "kb_logs"))  # refuses a bad one
     work_dir.mkdir(parents=True, exist_ok=True)
     is_cuda = target.kind.name == "cuda"
     cores = physical_cores()

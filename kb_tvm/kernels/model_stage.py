@@ -40,8 +40,8 @@ def search_kernels(tasks, untuned, target, *, precision: str | None, budget, wor
                 if family.shows_refusals_of and family.shows_refusals_of in name:
                     notify({"event": "kernel_skip", "family": family.name, "task": name, "why": str(why)})
     # a task two families compute shares its model time between their searches
-    per_family = {name: sum(n == name for n, *_ in matched) for name, *_ in matched}
-    weight = {name: model_time[name] / per_family[name] for name in per_family}
+    families_of = {name: sum(n == name for n, *_ in matched) for name, *_ in matched}
+    weight = {name: model_time[name] / families_of[name] for name in families_of}
     for i, (name, func, family, problem) in enumerate(matched):
         task_stop = slice_end(budget.spent, stop_at, weight[name], sum(weight[n] for n, *_ in matched[i:]))
         choice = search_task(family, problem, func, name, target, device,

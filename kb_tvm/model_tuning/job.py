@@ -138,11 +138,10 @@ def tune_model(
                                             earlier=[TaskStats(**t) for t in earlier["tasks"]] if earlier else None,
                                             experience=experience,
                                             runner=runner if isinstance(runner, KBRunner) else None)
-                search, cost_model = make_search(strategy, tuning_budget, seed=seed, repeatable=repeatable,
-                                                 experience=experience, log_dir=str(work_dir / "kb_logs"))
             else:
                 scheduler = "gradient"
-                search, cost_model = make_search(strategy, tuning_budget)
+            search, cost_model = make_search(strategy, tuning_budget, seed=seed, repeatable=repeatable,
+                                             experience=experience, log_dir=str(work_dir / "kb_logs"))
             kept = CandidateRecorder(work_dir=work_dir, strategy=strategy,
                                      clock=lambda: tuning_budget.spent, builder=builder, runner=runner)
             ms.relax_integration.tune_relax(
