@@ -52,7 +52,7 @@ def test_time_best_times_under_the_runners_policy_and_says_how(tmp_path, llvm_ta
 
 
 @pytest.fixture(scope="module")
-def matmul_relu():
+def matmul_softmax():
     """A two-task Relax model (a matmul, then a softmax) built untuned for llvm, and its tasks."""
     from tvm.s_tir import meta_schedule as ms
     from tvm.script import ir as I
@@ -77,10 +77,10 @@ def matmul_relu():
     return build(mod, target), tasks, target
 
 
-def test_a_kernel_profile_is_a_timing_report_per_task(matmul_relu):
+def test_a_kernel_profile_is_a_timing_report_per_task(matmul_softmax):
     from kb_tvm.model_tuning import profile_kernels
 
-    executable, tasks, target = matmul_relu
+    executable, tasks, target = matmul_softmax
     reports = {}
     seconds = profile_kernels(executable, target, tasks, repeat=6, on_report=reports.__setitem__)
     assert set(seconds) == set(reports) == {str(t.task_name) for t in tasks}
@@ -90,10 +90,10 @@ def test_a_kernel_profile_is_a_timing_report_per_task(matmul_relu):
         assert report["repeats"] >= 6 or report["verdict"] == "capped"
 
 
-def test_a_models_latency_is_a_timing_report_of_its_vm_and_its_outputs_stay_right(matmul_relu):
+def test_a_models_latency_is_a_timing_report_of_its_vm_and_its_outputs_stay_right(matmul_softmax):
     from kb_tvm.model_tuning import run_and_time
 
-    executable, _, target = matmul_relu
+    executable, _, target = matmul_softmax
     rng = np.random.default_rng(0)
     inputs = [[rng.uniform(-1, 1, (64, 64)).astype("float32") for _ in range(2)] for _ in range(2)]
     reports = []
