@@ -64,6 +64,9 @@ def _show_model_event(record: dict) -> None:
     elif event == "allocate":
         alongside = f" (while {', '.join(record['in_flight'])} measure)" if record.get("in_flight") else ""
         click.echo(f"[{format_seconds(record['budget_spent_s']):>7}] {record['task']}: {record['why']}{alongside}")
+    elif event == "numerics":
+        plain = record["ok"] and not record["constant_reference"]
+        click.secho(record["line"], fg=None if plain else ("yellow" if record["ok"] else "red"), err=not plain)
     elif event == "resume":
         click.echo(f"resuming: {format_seconds(record['spent_s'])} already spent")
     elif event == "retire":
@@ -255,16 +258,22 @@ def _writable_dir(work_dir: Path) -> None:
 @click.option("--cuda-graph/--no-cuda-graph", default=True, show_default=True,
               help="On CUDA, launch the model's kernels as CUDA graphs (the report gives the latency without "
               "them too).")
+@click.option("--check-numerics-only", is_flag=True, help="Only build the model untuned and check it against "
+              "onnxruntime (on a mismatch: the first operator whose output diverges); tune nothing.")
+@click.option("--tune-anyway", is_flag=True, help="Tune even where the untuned build already disagrees with "
+              "onnxruntime (by default that stops the run before the budget starts).")
 @_experience_options
 @_rpc_options
 def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, repeatable, strategy, pipeline,
-                       resume, precision, exact_math, input_shapes, cuda_graph, experience_dir, no_experience,
-                       tracker, key) -> None:
-    """Tune an ONNX model within a wall-clock budget; export a library and a report."""
+                       resume, precision, exact_math, input_shapes, cuda_graph, check_numerics_only, tune_anyway,
+                       experience_dir, no_experience, tracker, key) -> None:
+    """Tune an ONNX model within a wall-clock budget; export a library and a report. The untuned
+    build is checked against onnxruntime first: a mismatch stops the run before the budget starts."""
     _check_repeatable(repeatable, seed, strategy)
     from .measure.targets import describe, make_target
     from .model_tuning import (
         ModelError,
+        NumericsMismatch,
         load_onnx,
         math_for,
         parse_input_shape,
@@ -283,6 +292,9 @@ def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, 
                    math=math_for(tvm_target, exact=exact_math))
     except ValueError as err:  # ModelError included
         _fail(str(err))
+    if check_numerics_only:
+        _check_numerics(onnx_model, tvm_target, precision, math_for(tvm_target, exact=exact_math))
+        return
     _writable_dir(work_dir)
     runner = _rpc_runner(tracker, key, tvm_target, pipeline)
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)  # progress lines instead
@@ -293,7 +305,11 @@ def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, 
         report = tune_model(onnx_model, name=str(model), target=tvm_target, budget=budget, work_dir=work_dir,
                             trials_per_batch=trials_per_batch, seed=seed, repeatable=repeatable, strategy=strategy,
                             pipeline=pipeline, precision=precision, exact_math=exact_math, cuda_graph=cuda_graph,
-                            runner=runner, resume=resume, experience=experience, on_event=_show_model_event)
+                            tune_anyway=tune_anyway, runner=runner, resume=resume, experience=experience,
+                            on_event=_show_model_event)
+    except NumericsMismatch as err:  # its line is already shown, as the check's event
+        click.secho(f"stopped: {str(err).rsplit('. ', 1)[-1]}", fg="red", err=True)
+        sys.exit(3)
     except ModelError as err:
         _fail(str(err))
     except Exception as err:  # noqa: BLE001 - the tracker going away surfaces through MetaSchedule
@@ -305,11 +321,27 @@ def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, 
                f"{report['trials']} trials in {format_seconds(report['seconds_spent'])}"
                + (f"; {report['latency_tuned_without_cuda_graph_ms']:.4f} ms without CUDA graphs"
                   if report["cuda_graph"] else ""))
+    if report["numerics"]["constant_reference"]:
+        click.secho("numerics UNVERIFIED: the reference's outputs do not vary with the input", fg="yellow", err=True)
     if not report["numerics"]["ok"]:
         click.secho(f"NUMERICS MISMATCH vs {report['numerics']['checked_against']}: "
                     f"{report['numerics']['mismatch']}", fg="red", err=True)
         sys.exit(3)
     click.echo(f"library: {report['library']}  report: {work_dir}/report.md")
+
+
+def _check_numerics(onnx_model, tvm_target, precision: str, math: str) -> None:
+    """`kb-tvm tune --check-numerics-only`: the verdict in one line; exit 3 on a mismatch."""
+    from .model_tuning import ModelError, check_numerics
+
+    try:
+        verdict = check_numerics(onnx_model, tvm_target, precision=precision, math=math)
+    except ModelError as err:
+        _fail(str(err))
+    click.secho(verdict.line(), fg=None if verdict.ok and not verdict.constant_reference
+                else ("yellow" if verdict.ok else "red"))
+    if not verdict.ok:
+        sys.exit(3)
 
 
 @main.command("worker")

@@ -7,6 +7,8 @@ One module per step of a job:
 - `onnx_input`: read and check the ONNX model, pin its input shapes, example inputs,
   onnxruntime's reference outputs; `ModelError`
 - `relax_build`: the Relax import, Relax's pre-tuning steps (the module tasks come from), the build
+- `numerics`: the untuned build checked against onnxruntime before the budget starts; on a
+  mismatch, the first operator whose output diverges
 - `precision`: fp16/bf16 matmuls and convolutions (fp32 accumulation), their design space on
   CUDA, the numerics tolerance per precision, and fast or exact math for erf, exp, tanh, softmax
 - `profiling`: the model's latency and each task's kernel timed alone
@@ -26,10 +28,11 @@ from .onnx_input import (
     onnxruntime_outputs,
     parse_input_shape,
 )
+from .numerics import NumericsMismatch, Verdict, check_numerics
 from .precision import MATH, PRECISIONS, TOLERANCES, apply_math, lower_precision, math_for
 from .profiling import profile_kernels, run_and_time
 from .record_choice import better_than_default
-from .relax_build import build, prepare, to_relax
+from .relax_build import build, prepare, relax_module, to_relax
 from .report import latency_curve, plot_curve, report_markdown
 from .run_state import STATE_FILE, _drop_torn_tail, read_state, write_state
 
@@ -39,10 +42,13 @@ __all__ = [
     "STATE_FILE",
     "TOLERANCES",
     "ModelError",
+    "NumericsMismatch",
+    "Verdict",
     "_drop_torn_tail",
     "apply_math",
     "better_than_default",
     "build",
+    "check_numerics",
     "example_inputs",
     "latency_curve",
     "load_onnx",
@@ -54,6 +60,7 @@ __all__ = [
     "prepare",
     "profile_kernels",
     "read_state",
+    "relax_module",
     "report_markdown",
     "run_and_time",
     "to_relax",

@@ -14,18 +14,11 @@ from ..kernels import model_stage
 from ..logger_guard import guard_metaschedule_logger
 from ..measure.targets import tensor_intrinsics
 from .onnx_input import example_inputs, onnxruntime_outputs
-from .precision import (
-    TOLERANCES,
-    apply_math,
-    check_precision,
-    compare_sets,
-    lower_precision,
-    math_for,
-    model_space,
-)
+from .numerics import NumericsMismatch, check_untuned
+from .precision import TOLERANCES, check_precision, compare_sets, math_for, model_space
 from .profiling import profile_kernels, run_and_time
 from .record_choice import better_than_default
-from .relax_build import build, prepare, to_relax
+from .relax_build import build, relax_module
 from .report import (
     _task_row,
     device_seconds,
@@ -52,6 +45,7 @@ def tune_model(
     precision: str = "fp32",
     exact_math: bool = False,
     cuda_graph: bool = True,
+    tune_anyway: bool = False,
     builder=None,
     runner=None,
     experience=None,
@@ -72,7 +66,9 @@ def tune_model(
     accumulation (`precision.py`), checked against onnxruntime within that precision's tolerance,
     on two different sets of inputs. exact_math: keep libm's erf, exp, tanh and softmax on CPUs,
     where they are otherwise TVM's fast approximations (`precision.math_for`). cuda_graph: on CUDA, the builds launch their kernels as CUDA
-    graphs (`relax_build.build`); the report also gives the tuned latency without them."""
+    graphs (`relax_build.build`); the report also gives the tuned latency without them.
+    Before the budget starts, the untuned build is checked against onnxruntime (`numerics`): on a
+    mismatch NumericsMismatch names the first diverging operator, unless `tune_anyway`."""
     from tvm.s_tir import meta_schedule as ms
 
     from ..measure.callbacks import CandidateRecorder, ProgressRecorder
@@ -89,17 +85,22 @@ def tune_model(
     check_precision(precision)
     math = math_for(target, exact=exact_math)
     earlier = read_state(work_dir, name=name, resume=resume, strategy=strategy, precision=precision, math=math)
-    mod = prepare(apply_math(lower_precision(to_relax(model), precision), math), target)
-    tasks = ms.relax_integration.extract_tasks(mod, target)
-    work_dir.mkdir(parents=True, exist_ok=True)
+    mod = relax_module(model, target, precision=precision, math=math)
     input_sets = [example_inputs(model), example_inputs(model, seed=1)]
     notify = on_event or (lambda record: None)
     by_onnxruntime = [onnxruntime_outputs(model, inputs) for inputs in input_sets]
-
     untuned = build(mod, target, cuda_graph=cuda_graph)
-    # without onnxruntime the untuned build is the reference, on both sets
-    untuned_outputs, untuned_latency = run_and_time(
-        untuned, target, input_sets if by_onnxruntime[0][0] is None else input_sets[:1])
+    untuned_outputs, untuned_latency = run_and_time(untuned, target, input_sets)
+    preflight = None  # without onnxruntime the untuned build is the reference
+    if by_onnxruntime[0][0] is not None:  # a wrong build stays wrong however long it is tuned
+        preflight = check_untuned(model, input_sets, untuned_outputs, [outputs for outputs, _ in by_onnxruntime],
+                                  by_onnxruntime[0][1], target=target, precision=precision, math=math)
+        notify({"event": "numerics", "line": preflight.line(), "ok": preflight.ok,
+                "constant_reference": preflight.constant_reference})
+        if not preflight.ok and not tune_anyway:
+            raise NumericsMismatch(f"{preflight.line()}. Nothing was tuned; --tune-anyway tunes regardless")
+    tasks = ms.relax_integration.extract_tasks(mod, target)
+    work_dir.mkdir(parents=True, exist_ok=True)
     default_latency = profile_kernels(untuned, target, tasks)
     notify({"event": "untuned", "latency_ms": untuned_latency * 1e3})
 
@@ -199,8 +200,9 @@ def tune_model(
         **({"latency_tuned_without_cuda_graph_ms": without_graphs * 1e3} if graphs else {}),
         "precision": precision, "math": math,
         "numerics": {"checked_against": reference_name, "input_sets": len(input_sets), "ok": why_not is None,
-                     "mismatch": why_not, "max_abs_error": worst_error,
-                     "tolerance": tolerance.to_json()},
+                     "mismatch": why_not, "max_abs_error": worst_error, "tolerance": tolerance.to_json(),
+                     "constant_reference": preflight is not None and preflight.constant_reference,
+                     "untuned": None if preflight is None else preflight.to_json()},
         "library": str(work_dir / "model.so"), "records": str(work_dir / "database_tuning_record.json"),
         "candidates": str(work_dir / FILE_NAME), "device_seconds": on_devices,
         "family_kernels": [{"task": c.task, "family": c.family.name, "seconds": c.seconds,

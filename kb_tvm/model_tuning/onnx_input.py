@@ -96,6 +96,28 @@ def example_inputs(model, seed: int = 0) -> list[np.ndarray]:
     return arrays
 
 
+def fold_constants(model):
+    """The model with what its pinned input shapes decide computed ahead of time: onnxruntime's
+    basic graph optimizations (constant folding, redundant nodes removed; standard ONNX ops
+    only). Exports carry their dynamic axes' arithmetic (Shape, Gather, Range, mask building),
+    which TVM's importer cannot always take (transformers 5's causal masks: `broadcast_to
+    expects ...`); once shapes are pinned it is constant. Without onnxruntime: the model as it is."""
+    try:
+        import onnxruntime
+    except ImportError:
+        return model
+    import tempfile
+
+    import onnx
+
+    with tempfile.TemporaryDirectory(prefix="kb-fold-") as folder:
+        options = onnxruntime.SessionOptions()
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        options.optimized_model_filepath = str(Path(folder) / "folded.onnx")
+        onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        return onnx.load(options.optimized_model_filepath)
+
+
 def onnxruntime_outputs(model, inputs: list[np.ndarray]) -> tuple[list[np.ndarray] | None, str]:
     """The model's outputs from onnxruntime (CPU), or None where it is not installed."""
     try:

@@ -60,7 +60,11 @@ def lower_precision(mod, precision: str):
 
     if check_precision(precision) == "fp32":
         return mod
-    passes = [relax.transform.ConvertToDataflow(), relax.transform.ToMixedPrecision(out_dtype="float32")]
+    # ToMixedPrecision (TVM 0.27) stops at any call with a scalar argument: "Expected TensorType, but
+    # got T.int64" on a causal mask's triu, T.float64 on a clip; such calls sit out in fp32
+    passes = [relax.transform.ConvertToDataflow(), _outline_scalar_argument_calls(), relax.transform.Normalize(),
+              relax.transform.ToMixedPrecision(out_dtype="float32"), relax.transform.InlinePrivateFunctions(),
+              relax.transform.ConvertToDataflow()]
     if precision == "bf16":
         passes.append(_fp16_casts_to_bf16())
     passes.append(relax.transform.FoldConstant())  # the weights' casts, done once
@@ -84,6 +88,42 @@ def apply_math(mod, math: str):
     if math not in MATH:
         raise ValueError(f"math={math!r}: use one of {', '.join(MATH)}")
     return relax.transform.FastMathTransform()(mod) if math == "fast" else mod
+
+
+def _outline_scalar_argument_calls():
+    """Each operator call that takes a scalar (triu's k, clip's bounds) moved into a private
+    function of its own: ToMixedPrecision leaves calls of functions alone (their inputs cast back
+    to fp32) where it fails on the operator itself. InlinePrivateFunctions puts them back."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    is_scalar = tvm.ir.expr.is_prim_expr
+
+    @mutator
+    class Outline(PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if not (isinstance(call.op, tvm.ir.Op) and any(is_scalar(arg) for arg in call.args)):
+                return call
+            tensors = [arg for arg in call.args if not is_scalar(arg)]
+            params = [relax.Var(f"arg{index}", arg.ty) for index, arg in enumerate(tensors)]
+            inner = iter(params)
+            body = relax.Call(call.op, [arg if is_scalar(arg) else next(inner) for arg in call.args],
+                              call.attrs, call.ty_args)
+            name = f"scalar_argument_{call.op.name.split('.')[-1]}"
+            callee = self.builder_.add_func(relax.Function(params, body, call.ty), name)
+            return relax.Call(callee, tensors, ret_ty=call.ty)
+
+    @tvm.transform.module_pass(opt_level=0, name="OutlineScalarArgumentCalls")
+    def outline(mod, _ctx):
+        rewrite = Outline(mod)
+        for gvar, func in list(mod.functions.items()):
+            if isinstance(func, relax.Function):
+                rewrite.builder_.update_func(gvar, rewrite.visit_expr(func))
+        return rewrite.builder_.get()
+
+    return outline
 
 
 def _fp16_casts_to_bf16():

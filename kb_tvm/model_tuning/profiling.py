@@ -41,6 +41,20 @@ def run_and_time(executable, target, input_sets: list[list[np.ndarray]], repeat:
     return outputs + [run(args) for args in tensor_sets[1:]], report["median_s"]
 
 
+def run_outputs(executable, target, input_sets: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
+    """The main function's outputs for each set of inputs, untimed."""
+    import tvm
+    from tvm import relax
+
+    device = tvm.cuda(0) if target.kind.name == "cuda" else tvm.cpu(0)
+    vm = relax.VirtualMachine(executable, device)
+    results = []
+    for inputs in input_sets:
+        out = vm["main"](*[tvm.runtime.tensor(a, device) for a in inputs])
+        results.append([out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out])
+    return results
+
+
 def profile_kernels(executable, target, tasks, repeat: int = 5, *,
                     on_report: Callable[[str, dict], None] | None = None) -> dict[str, float]:
     """Seconds per call of each task's kernel as built in `executable` (timed alone, on the

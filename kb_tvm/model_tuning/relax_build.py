@@ -3,19 +3,25 @@ module tasks are extracted from), and build a VM executable from it and the reco
 
 from __future__ import annotations
 
-from .onnx_input import ModelError
+from .onnx_input import ModelError, fold_constants
+from .precision import apply_math, lower_precision
 
 
 def to_relax(model):
-    """Relax IRModule of the ONNX model, weights bound as constants."""
+    """Relax IRModule of the ONNX model (its shape arithmetic folded first: `fold_constants`),
+    weights bound as constants."""
     from tvm.relax.frontend.onnx import from_onnx
 
     try:
-        return from_onnx(model, keep_params_in_input=False)
+        return from_onnx(fold_constants(model), keep_params_in_input=False)
     except Exception as err:  # noqa: BLE001 - TVM's importer raises many kinds
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ModelError(f"TVM cannot import this model: {first}") from None
 
+
+def relax_module(model, target, *, precision: str, math: str):
+    """The module a model is tuned and built from: imported, in `precision`, with `math`, prepared."""
+    return prepare(apply_math(lower_precision(to_relax(model), precision), math), target)
 
 
 def prepare(mod, target):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .numerics import CONSTANT_WARNING
+
 
 def _task_row(name, weight, default, after, total, total_after, stats, device_seconds=None, kernel=None) -> dict:
     """kernel: the family and variant that replaces the task (KernelChoice.describe), if one does."""
@@ -80,6 +82,22 @@ def _tolerance_text(numerics: dict) -> str:
             f"{tolerance['atol_of_scale']:g} x max |reference|))")
 
 
+def _numerics_verdict(numerics: dict) -> str:
+    if not numerics["ok"]:
+        return f"**MISMATCH: {numerics['mismatch']}**"
+    if numerics.get("constant_reference"):  # ok proves nothing there
+        return f"**UNVERIFIED**: {CONSTANT_WARNING}"
+    return "ok"
+
+
+def _untuned_line(numerics: dict) -> list[str]:
+    untuned = numerics.get("untuned")
+    if not untuned or untuned["ok"]:
+        return []
+    where = f"; {untuned['first_divergence']}" if untuned.get("first_divergence") else ""
+    return [f"- **the untuned build already disagreed** (tuned with --tune-anyway): {untuned['mismatch']}{where}"]
+
+
 def _device_lines(seconds: dict | None) -> list[str]:
     if not seconds or not seconds["per_device"]:
         return []
@@ -103,8 +121,9 @@ def report_markdown(report: dict) -> str:
            if report.get("math") == "fast" else "libm's erf, exp, tanh and softmax)"),
         f"- numerics vs {report['numerics']['checked_against']}, "
         f"{report['numerics'].get('input_sets', 1)} sets of inputs: "
-        + ("ok" if report["numerics"]["ok"] else f"**MISMATCH: {report['numerics']['mismatch']}**")
+        + _numerics_verdict(report["numerics"])
         + _tolerance_text(report["numerics"]),
+        *_untuned_line(report["numerics"]),
         f"- library: `{report['library']}`",
         *_device_lines(report.get("device_seconds")),
         "",
