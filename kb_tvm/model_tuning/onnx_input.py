@@ -96,26 +96,67 @@ def example_inputs(model, seed: int = 0) -> list[np.ndarray]:
     return arrays
 
 
+# ops whose output shape depends on input values: past one, a Shape is no longer constant
+VALUE_DEPENDENT_SHAPES = frozenset({"NonZero", "Unique", "Compress", "TopK", "Loop", "If", "Scan"})
+NOT_FOLDED = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
+                        "Bernoulli"})
+
+
 def fold_constants(model):
-    """The model with what its pinned input shapes decide computed ahead of time: onnxruntime's
-    basic graph optimizations (constant folding, redundant nodes removed; standard ONNX ops
-    only). Exports carry their dynamic axes' arithmetic (Shape, Gather, Range, mask building),
-    which TVM's importer cannot always take (transformers 5's causal masks: `broadcast_to
-    expects ...`); once shapes are pinned it is constant. Without onnxruntime: the model as it is."""
+    """The model with what its pinned input shapes decide computed ahead of time: every node
+    whose inputs are weights, constants or the shapes of tensors becomes a weight (its value
+    from onnxruntime). Exports carry their dynamic axes' arithmetic (Shape, Gather, Range, the
+    building of masks), which TVM's importer cannot always take (transformers 5's causal
+    masks: `broadcast_to expects ...`); once shapes are pinned it is constant. Only that: no
+    other rewrite (onnxruntime's own optimizer also fuses MatMul+Add into Gemm between
+    reshapes, which TVM then runs as separate kernels). Unchanged without onnxruntime, or for
+    a graph with control flow or value-dependent shapes."""
     try:
         import onnxruntime
     except ImportError:
         return model
-    import tempfile
-
     import onnx
+    from onnx import numpy_helper
 
-    with tempfile.TemporaryDirectory(prefix="kb-fold-") as folder:
-        options = onnxruntime.SessionOptions()
-        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
-        options.optimized_model_filepath = str(Path(folder) / "folded.onnx")
-        onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        return onnx.load(options.optimized_model_filepath)
+    graph = model.graph
+    ops = {node.op_type for node in graph.node}
+    if ops & VALUE_DEPENDENT_SHAPES or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                                          for node in graph.node for a in node.attribute):
+        return model
+    known = {init.name for init in graph.initializer}
+    folded = []
+    for node in graph.node:
+        if node.op_type in NOT_FOLDED:
+            continue
+        if node.op_type in ("Shape", "Size") or all(name in known for name in node.input if name):
+            folded.append(node)
+            known.update(name for name in node.output if name)
+    used_later = {name for node in graph.node if node not in folded for name in node.input}
+    used_later |= {o.name for o in graph.output}
+    frontier = [name for node in folded for name in node.output if name in used_later]
+    if not frontier:
+        return model
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    del probe.graph.output[:]
+    probe.graph.output.extend(onnx.helper.make_empty_tensor_value_info(name) for name in frontier)
+    session = onnxruntime.InferenceSession(probe.SerializeToString(), providers=["CPUExecutionProvider"])
+    feeds = {i.name: np.zeros([d if isinstance(d, int) else 1 for d in i.shape], _numpy_dtype(i.type))
+             for i in session.get_inputs()}
+    values = dict(zip(frontier, session.run(frontier, feeds)))
+    result = onnx.ModelProto()
+    result.CopyFrom(model)
+    kept = [node for node in graph.node if node not in folded]
+    del result.graph.node[:]
+    result.graph.node.extend(kept)
+    result.graph.initializer.extend(numpy_helper.from_array(np.asarray(values[name]), name) for name in frontier)
+    return result
+
+
+def _numpy_dtype(onnxruntime_type: str):
+    """onnxruntime's "tensor(float16)" as numpy's dtype."""
+    name = onnxruntime_type[len("tensor("):-1]
+    return np.dtype({"float": "float32", "double": "float64", "bool": "bool"}.get(name, name))
 
 
 def onnxruntime_outputs(model, inputs: list[np.ndarray]) -> tuple[list[np.ndarray] | None, str]:

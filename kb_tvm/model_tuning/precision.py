@@ -126,12 +126,24 @@ def _outline_scalar_argument_calls():
     return outline
 
 
+# operators that only move or pick bf16 values: TVM lowers them for any dtype
+MOVES_DATA = frozenset(f"relax.{name}" for name in (
+    "astype", "reshape", "permute_dims", "expand_dims", "squeeze", "flatten", "broadcast_to", "concat", "split",
+    "strided_slice", "take", "repeat", "tile", "matmul", "nn.conv1d", "nn.conv2d", "nn.conv3d"))
+
+
 def _fp16_casts_to_bf16():
+    """ToMixedPrecision's fp16 casts made bf16 casts. Every other operator that would take bf16
+    tensors computes in fp32 between two casts (fused into its kernel): TVM 0.27 lowers power
+    and layer_norm, among others, for fp32 and fp16 only ("power only applies to float")."""
     import tvm
     from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
     astype = tvm.ir.Op.get("relax.astype")
+
+    def is_bf16(expr) -> bool:
+        return isinstance(expr.ty, relax.TensorType) and str(expr.ty.dtype) == "bfloat16"
 
     @mutator
     class CastsToBf16(PyExprMutator):
@@ -139,7 +151,13 @@ def _fp16_casts_to_bf16():
             call = super().visit_call_(call)
             if call.op.same_as(astype) and str(call.attrs.dtype) == "float16":
                 return relax.op.astype(call.args[0], "bfloat16")
-            return call
+            if not isinstance(call.op, tvm.ir.Op) or call.op.name in MOVES_DATA or not any(
+                    is_bf16(arg) for arg in call.args if not tvm.ir.expr.is_prim_expr(arg)):
+                return call
+            args = [self.builder_.emit(relax.op.astype(arg, "float32"))
+                    if not tvm.ir.expr.is_prim_expr(arg) and is_bf16(arg) else arg for arg in call.args]
+            result = self.builder_.emit(relax.Call(call.op, args, call.attrs, call.ty_args))
+            return relax.op.astype(result, "bfloat16") if is_bf16(call) else result
 
     @tvm.transform.module_pass(opt_level=0, name="FP16CastsToBF16")
     def casts_to_bf16(mod, _ctx):
