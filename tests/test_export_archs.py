@@ -153,3 +153,34 @@ def test_the_toys_export_afresh_and_match_torch(tmp_path):
         # checked at export: onnxruntime on the exported file computes what torch computes
         assert float(re.search(r"max abs error vs torch (\S+)\)", out).group(1)) < 1e-4, (name, out)
         _check_signature(name, paths[name])
+
+
+def test_weights_the_exporter_scatters_past_2_gb_are_gathered_into_one_file(tmp_path, monkeypatch):
+    # the TorchScript exporter writes each weight of a model past 2 GB to a file of its own (157 for
+    # TinyLlama-1.1B); made small here, as it leaves them
+    import importlib.util
+
+    import onnx
+    from onnx import helper, numpy_helper
+
+    spec = importlib.util.spec_from_file_location("export_models", SCRIPT)
+    export_models = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, export_models)  # its dataclass looks itself up there
+    spec.loader.exec_module(export_models)
+    rng = np.random.default_rng(0)
+    weights = {name: rng.standard_normal((64, 64)).astype(np.float32) for name in ("w1", "w2")}
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("MatMul", ["h", "w2"], ["y"])]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 64])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 64])],
+                              [numpy_helper.from_array(w, name) for name, w in weights.items()])
+    path = tmp_path / "out" / "big.onnx"
+    path.parent.mkdir()
+    onnx.save_model(helper.make_model(graph), str(path), save_as_external_data=True, all_tensors_to_one_file=False,
+                    size_threshold=0)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["big.onnx", "w1", "w2"]
+
+    size = export_models._gather_weights(path)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["big.onnx", "big.onnx.data"]
+    assert size == path.stat().st_size + (path.parent / "big.onnx.data").stat().st_size > 2 * 64 * 64 * 4
+    loaded = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer}
+    assert all(np.array_equal(loaded[name], w) for name, w in weights.items()) and loaded.keys() == weights.keys()

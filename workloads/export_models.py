@@ -110,6 +110,7 @@ def _export(model, args: tuple, path: Path, input_names: list[str], output_name:
         expected = model(*args).numpy()
         torch.onnx.export(model, args, str(path), input_names=input_names, output_names=[output_name],
                           dynamic_axes=dynamic_axes, opset_version=OPSET, do_constant_folding=True, dynamo=False)
+    size = _gather_weights(path)
     feeds = {name: arg.numpy() for name, arg in zip(input_names, args)}
     error = None
     try:
@@ -120,7 +121,28 @@ def _export(model, args: tuple, path: Path, input_names: list[str], output_name:
         session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
         (got,) = session.run([output_name], feeds)
         error = float(np.abs(got.astype(np.float64) - expected).max())
-    return Export(path, {name: tuple(a.shape) for name, a in feeds.items()}, path.stat().st_size, error)
+    return Export(path, {name: tuple(a.shape) for name, a in feeds.items()}, size, error)
+
+
+def _gather_weights(path: Path) -> int:
+    """Bytes of the export, weights included. Past protobuf's 2 GB (TinyLlama-1.1B: 4.4 GB) the
+    exporter writes each weight to a file of its own beside the model (157 for TinyLlama): gathered
+    here into one, `<model>.data`, which onnx.load and onnxruntime read from beside the model."""
+    import onnx
+
+    data = path.with_name(path.name + ".data")
+    model = onnx.load(str(path), load_external_data=False)
+    scattered = {entry.value for tensor in model.graph.initializer
+                 if tensor.data_location == onnx.TensorProto.EXTERNAL
+                 for entry in tensor.external_data if entry.key == "location"}
+    if not scattered:
+        return path.stat().st_size
+    onnx.load_external_data_for_model(model, str(path.parent))
+    data.unlink(missing_ok=True)  # onnx appends to it
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=data.name)
+    for name in scattered - {data.name}:
+        (path.parent / name).unlink()
+    return path.stat().st_size + data.stat().st_size
 
 
 def _last_hidden_state(bert):
