@@ -2,6 +2,8 @@
 diverging operator named, a constant reference flagged; and the fp16 lowering of operators
 with scalar arguments (TVM's ToMixedPrecision fails on them: a causal mask's Trilu)."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -111,3 +113,67 @@ def test_scalar_argument_operators_lower_to_fp16(tmp_path):
         result = _check(path, precision)
         assert result.exit_code == 0, result.output
         assert "matches onnxruntime" in result.output
+
+
+def test_integer_powers_become_exact_products(tmp_path):
+    """x ** 2 (RMSNorm) and x ** 3 (GPT-2's GELU) on negative x: CUDA's fast-math powf gives
+    NaN there, which made a decoder's every output NaN; the rewrite leaves no power behind."""
+    from kb_tvm.measure.targets import make_target
+    from kb_tvm.model_tuning import load_onnx, relax_module, run_and_time
+
+    path = _model([helper.make_node("Pow", ["x", "two"], ["square"]),
+                   helper.make_node("Pow", ["square", "half"], ["root"]),  # not an integer: stays a power
+                   helper.make_node("Pow", ["x", "three"], ["cube"]),
+                   helper.make_node("Add", ["root", "cube"], ["y"])],
+                  {"two": np.array(2.0, "float32"), "three": np.array(3.0, "float32"),
+                   "half": np.array(0.5, "float32")}, tmp_path / "powers.onnx")
+    from kb_tvm.model_tuning import build, to_relax
+    from kb_tvm.model_tuning.rewrites import integer_powers_as_products
+
+    imported = to_relax(load_onnx(path))
+    assert imported["main"].script().count("R.power(") == 3
+    assert integer_powers_as_products()(imported)["main"].script().count("R.power(") == 1  # the square root's
+    target = make_target("llvm")
+    mod = relax_module(load_onnx(path), target, precision="fp32", math="exact")
+    x = np.linspace(-2, 2, 64, dtype="float32").reshape(4, 16)
+    (got,), _ = run_and_time(build(mod, target), target, [[x]], repeat=1)
+    np.testing.assert_allclose(got[0], np.abs(x) + x ** 3, rtol=1e-5, atol=1e-5)
+
+
+def test_cuda_kernels_read_bool_masks_one_value_at_a_time(tmp_path):
+    """TVM 0.27's CUDA code reads two bools as a `ushort2` (2-byte lanes over 1-byte values):
+    wrong masks, or a misaligned address that kills the process. Kernels on bool tensors are
+    built unvectorized (`build_config`). Compiles CUDA (nvcc), runs nothing: no GPU needed."""
+    import re
+    import shutil
+
+    import tvm
+
+    from kb_tvm.measure.targets import build_config
+    from kb_tvm.model_tuning import build, load_onnx, relax_module
+
+    if shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists():
+        pytest.skip("compiling CUDA needs nvcc")
+    causal = np.tril(np.ones((4, 16), bool))
+    path = _model([helper.make_node("MatMul", ["x", "w"], ["scores"]),
+                   helper.make_node("Where", ["causal", "scores", "low"], ["y"])],
+                  {"w": _weights(), "causal": causal, "low": np.array(-1e4, "float32")}, tmp_path / "mask.onnx")
+    target = tvm.target.Target({"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024,
+                                "max_shared_memory_per_block": 49152, "thread_warp_size": 32,
+                                "registers_per_block": 65536, "host": {"kind": "llvm"}})
+    mod = relax_module(load_onnx(path), target, precision="fp16", math="exact")
+    masked = [f for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc) and "where" in str(f)]
+    assert masked and build_config(target, masked[0]).get("tirx.disable_vectorize") is True
+
+    def sources(module):
+        found = []
+        for sub in module.imports:
+            if sub.kind == "cuda":
+                found.append(sub.inspect_source())
+            found += sources(sub)
+        return found
+
+    source = "".join(sources(build(mod, target, cuda_graph=False).mod))
+    bools = set(re.findall(r"bool\* __restrict__ (\w+)", source))
+    assert bools, "the mask reaches the kernel as a bool buffer"
+    assert not re.findall(r"\*\(\w+\*\)\((?:%s) " % "|".join(bools), source)

@@ -384,24 +384,6 @@ def export_vit(out: str | Path, *, batch: int = 1, image: int = 224, config: dic
         return _export(model, args, out, ["input"], "logits", {"input": {0: "batch"}, "logits": {0: "batch"}})
 
 
-BERT_SIZES = ("layers", "hidden", "heads", "ffn", "vocab")
-
-
-def add_bert_sizes(group) -> None:
-    """The options that size a custom `bert` (bert_config's arguments)."""
-    for key in BERT_SIZES:
-        group.add_argument(f"--{key}", type=int,
-                           help="intermediate size (default 4 x hidden)" if key == "ffn" else None)
-
-
-def bert_sizes(parser, args) -> dict:
-    """bert_config's arguments given on the command line; a parser error if they size another model."""
-    sizes = {key: getattr(args, key) for key in BERT_SIZES if getattr(args, key) is not None}
-    if sizes and args.model != "bert":
-        parser.error(f"--{'/--'.join(sizes)} size a custom BERT: use `bert`, not `{args.model}`")
-    return sizes
-
-
 SIZED = {"bert": "BERT", "llama": "Llama", "gpt2": "GPT-2", "vit": "ViT"}  # the models the options size
 TWINS = {"bert-base": "bert", "vit-b16": "vit"}  # fixed shapes that a sized model takes as its defaults
 SIZE_OPTIONS = {  # option -> (the models it sizes, help: each one's default)

@@ -5,6 +5,9 @@ fp16. BERT runs with transformers' default attention (sdpa) as well as the expor
     python -m kb_tvm.workloads.torch_baselines bert-base --seq 128 --out torch-bert.json
     python -m kb_tvm.workloads.torch_baselines resnet50 --out torch-resnet50.json
     python -m kb_tvm.workloads.torch_baselines bert --layers 1 --out torch-bert-layer.json   # sized as export_models' bert
+    python -m kb_tvm.workloads.torch_baselines llama --layers 2 --seq 512 --out torch-llama.json
+    python -m kb_tvm.workloads.torch_baselines gpt2 --seq 128 --out torch-gpt2.json
+    python -m kb_tvm.workloads.torch_baselines vit-b16 --out torch-vit.json
 
 Latency: CUDA events around one call, median of `--repeat` after warm-up calls.
 """
@@ -20,14 +23,22 @@ from pathlib import Path
 
 from .export_models import (
     BERTS,
+    CAUSAL_LMS,
     RESNETS,
+    VITS,
     MissingExtra,
-    add_bert_sizes,
+    add_sizes,
     bert_config,
     bert_module,
-    bert_sizes,
+    given_sizes,
+    gpt2_config,
+    gpt2_module,
+    llama_config,
+    llama_module,
     require,
     resnet_module,
+    vit_config,
+    vit_module,
 )
 
 
@@ -54,6 +65,12 @@ def _variants(name: str, batch: int, image: int, seq: int, seed: int, sizes: dic
     """label -> (fp32 module, example args) for the variants timed."""
     if name in RESNETS:
         return {"": resnet_module(name, batch=batch, image=image, seed=seed)}
+    if name in VITS:
+        return {"": vit_module(batch=batch, image=image, seed=seed, config=vit_config(**sizes) if name == "vit" else None)}
+    if name == "llama":
+        return {"": llama_module(batch=batch, seq=seq, seed=seed, config=llama_config(**sizes))}
+    if name == "gpt2":
+        return {"": gpt2_module(batch=batch, seq=seq, seed=seed, config=gpt2_config(**sizes))}
     return {f" ({attention} attention)": bert_module(batch=batch, seq=seq, seed=seed,
                                                      config=bert_config(**sizes, attention=attention))
             for attention in ("eager", "sdpa")}
@@ -61,7 +78,7 @@ def _variants(name: str, batch: int, image: int, seq: int, seed: int, sizes: dic
 
 def baselines(name: str, *, batch: int = 1, image: int = 224, seq: int = 128, seed: int = 0,
               repeat: int = 200, compile_mode: str | None = "max-autotune", sizes: dict | None = None) -> dict:
-    """`sizes`: bert_config's layers, hidden, heads, ffn, vocab for `bert` (as export_models takes them)."""
+    """`sizes`: the sizes of a custom bert, llama, gpt2 or vit, as export_models takes them."""
     (torch,) = require("torch")
 
     if not torch.cuda.is_available():
@@ -77,7 +94,7 @@ def baselines(name: str, *, batch: int = 1, image: int = 224, seq: int = 128, se
         half = model.half()
         half_args = tuple(a.half() if a.is_floating_point() else a for a in args)
         results["latency_ms"][f"eager fp16{label}"] = median_ms(lambda: half(*half_args), repeat)
-        if compile_mode and (name in RESNETS or "sdpa" in label):  # users compile the default model
+        if compile_mode and (name not in BERTS or "sdpa" in label):  # users compile the default model
             started = time.perf_counter()
             compiled = torch.compile(half, mode=compile_mode)
             with torch.no_grad():
@@ -92,7 +109,7 @@ def baselines(name: str, *, batch: int = 1, image: int = 224, seq: int = 128, se
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", choices=RESNETS + BERTS)
+    parser.add_argument("model", choices=RESNETS + BERTS + CAUSAL_LMS + VITS)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--image", type=int, default=224)
@@ -100,9 +117,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0, help="as given to export_models")
     parser.add_argument("--repeat", type=int, default=200)
     parser.add_argument("--compile-mode", default="max-autotune", help="torch.compile mode; 'none' skips it")
-    add_bert_sizes(parser.add_argument_group("bert (as export_models sizes it; defaults are BERT-base's)"))
+    add_sizes(parser.add_argument_group("sizes of bert, llama, gpt2 and vit, as export_models takes them"))
     args = parser.parse_args(argv)
-    sizes = bert_sizes(parser, args)
+    sizes = given_sizes(parser, args)
     try:
         result = baselines(args.model, batch=args.batch, image=args.image, seq=args.seq, seed=args.seed,
                            repeat=args.repeat, compile_mode=None if args.compile_mode == "none" else args.compile_mode,

@@ -20,26 +20,48 @@ STATIC_SHARED_MEMORY_BYTES = 48 * 1024
 def build_config(target, mod=None) -> dict:
     """TVM pass options a build of `mod` for `target` runs under: tuning builds, the lowering
     check, re-timing and the deployed library alike, so a tuned schedule builds the same
-    everywhere. On CUDA, kernels with tensor-core (WMMA) fragments merge their staged tiles
-    into one shared buffer (`tirx.merge_static_smem`): without it TVM 0.27's StorageRewrite
-    rejects ~85% of the tensor-core samples that pass postprocessing ("tvm_access_ptr element
-    type must match"), with it none, and the kernels compute the same and run as fast
-    (on an H200, at 1024^3 and 4096^3). Other kernels must not merge: it fails half of the reduction
-    sketches (layer norm, softmax) and dlight's default schedules for them ("buffer_byte_offsets").
+    everywhere. On CUDA:
+    - kernels with tensor-core (WMMA) fragments merge their staged tiles into one shared buffer
+      (`tirx.merge_static_smem`): without it TVM 0.27's StorageRewrite rejects ~85% of the
+      tensor-core samples that pass postprocessing ("tvm_access_ptr element type must match"),
+      with it none, and the kernels compute the same and run as fast (on an H200, at 1024^3 and
+      4096^3). Other kernels must not merge: it fails half of the reduction sketches (layer norm,
+      softmax) and dlight's default schedules for them ("buffer_byte_offsets").
+    - kernels that read or write bool tensors are not vectorized (`tirx.disable_vectorize`): TVM
+      0.27's CUDA code reads two bools at once as a `ushort2`, two 2-byte lanes over 1-byte values,
+      which gives wrong values (a decoder's causal mask fused into its attention matmul: wrong
+      logits) or, at an odd offset, a misaligned address that kills the process.
     Without `mod`: the options of a tensor-core kernel."""
-    if target.kind.name != "cuda" or (mod is not None and not uses_tensor_cores(mod)):
+    if target.kind.name != "cuda":
         return {}
-    return {"tirx.merge_static_smem": True}
+    if mod is None:
+        return {"tirx.merge_static_smem": True}
+    config = {"tirx.merge_static_smem": True} if uses_tensor_cores(mod) else {}
+    if uses_bool_buffers(mod):
+        config["tirx.disable_vectorize"] = True
+    return config
+
+
+def _prim_funcs(mod) -> list:
+    import tvm
+
+    return [mod] if isinstance(mod, tvm.tirx.PrimFunc) else \
+        [f for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+
+
+def uses_bool_buffers(mod) -> bool:
+    """Whether a module (or PrimFunc) reads or writes a bool buffer."""
+    from tvm.s_tir.analysis import detect_buffer_access_lca
+
+    return any(str(buffer.dtype) == "bool" for func in _prim_funcs(mod) for buffer in detect_buffer_access_lca(func))
 
 
 def uses_tensor_cores(mod) -> bool:
     """Whether a scheduled module (or PrimFunc) holds WMMA fragments."""
-    import tvm
     from tvm.s_tir.analysis import detect_buffer_access_lca
 
-    funcs = [mod] if isinstance(mod, tvm.tirx.PrimFunc) else \
-        [f for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
-    return any(buffer.scope().startswith("wmma.") for func in funcs for buffer in detect_buffer_access_lca(func))
+    return any(buffer.scope().startswith("wmma.") for func in _prim_funcs(mod)
+               for buffer in detect_buffer_access_lca(func))
 
 
 MERGE_WHERE_TENSOR_CORES = "kb-merge-shared-memory-where-tensor-cores"
@@ -48,21 +70,22 @@ MERGE_WHERE_TENSOR_CORES = "kb-merge-shared-memory-where-tensor-cores"
 def _tir_pipeline_merging_where_tensor_cores():
     """TVM's default TIR pipeline, run with `build_config` per function: a model's library
     holds tensor-core kernels, which need merged shared memory, and reductions, which break
-    under it; a pass option holds for a whole build, so the functions are lowered in two groups."""
+    under it, and kernels on bool tensors, which must not vectorize; a pass option holds for a
+    whole build, so the functions are lowered in groups of the same options."""
     import tvm
 
     default, finalize_host, finalize_device = tvm.tirx.get_tir_pipeline("default")
 
     @tvm.transform.module_pass(opt_level=0, name="kb.MergeSharedMemoryWhereTensorCores")
     def pipeline(mod, ctx):
-        groups: dict[bool, dict] = {True: {}, False: {}}
+        target = tvm.target.Target.current()
+        groups: dict[tuple, dict] = {}
         for gvar, func in mod.functions.items():
-            groups[isinstance(func, tvm.tirx.PrimFunc) and uses_tensor_cores(func)][gvar] = func
+            config = build_config(target, func) if isinstance(func, tvm.tirx.PrimFunc) else {}
+            groups.setdefault(tuple(sorted(config.items())), {})[gvar] = func
         lowered = {}
-        for merge, funcs in groups.items():
-            if not funcs:
-                continue
-            config = {**dict(ctx.config), "tirx.merge_static_smem": merge}
+        for options, funcs in groups.items():
+            config = {**dict(ctx.config), "tirx.merge_static_smem": False, **dict(options)}
             with tvm.transform.PassContext(opt_level=ctx.opt_level, config=config):
                 part = default(tvm.IRModule(funcs, attrs=mod.attrs))
             for gvar, func in part.functions.items():

@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from .rewrites import fp16_casts_to_bf16, outline_scalar_argument_calls
+
 PRECISIONS = ("fp32", "fp16", "bf16")
 MATH = ("fast", "exact")
 
@@ -62,11 +64,11 @@ def lower_precision(mod, precision: str):
         return mod
     # ToMixedPrecision (TVM 0.27) stops at any call with a scalar argument: "Expected TensorType, but
     # got T.int64" on a causal mask's triu, T.float64 on a clip; such calls sit out in fp32
-    passes = [relax.transform.ConvertToDataflow(), _outline_scalar_argument_calls(), relax.transform.Normalize(),
+    passes = [relax.transform.ConvertToDataflow(), outline_scalar_argument_calls(), relax.transform.Normalize(),
               relax.transform.ToMixedPrecision(out_dtype="float32"), relax.transform.InlinePrivateFunctions(),
               relax.transform.ConvertToDataflow()]
     if precision == "bf16":
-        passes.append(_fp16_casts_to_bf16())
+        passes.append(fp16_casts_to_bf16())
     passes.append(relax.transform.FoldConstant())  # the weights' casts, done once
     # ToMixedPrecision casts a tensor once per consumer: BERT's Q, K and V projections each cast
     # the layer norm's output, 24 redundant kernel launches in BERT-base
@@ -88,86 +90,6 @@ def apply_math(mod, math: str):
     if math not in MATH:
         raise ValueError(f"math={math!r}: use one of {', '.join(MATH)}")
     return relax.transform.FastMathTransform()(mod) if math == "fast" else mod
-
-
-def _outline_scalar_argument_calls():
-    """Each operator call that takes a scalar (triu's k, clip's bounds) moved into a private
-    function of its own: ToMixedPrecision leaves calls of functions alone (their inputs cast back
-    to fp32) where it fails on the operator itself. InlinePrivateFunctions puts them back."""
-    import tvm
-    from tvm import relax
-    from tvm.relax.expr_functor import PyExprMutator, mutator
-
-    is_scalar = tvm.ir.expr.is_prim_expr
-
-    @mutator
-    class Outline(PyExprMutator):
-        def visit_call_(self, call):
-            call = super().visit_call_(call)
-            if not (isinstance(call.op, tvm.ir.Op) and any(is_scalar(arg) for arg in call.args)):
-                return call
-            tensors = [arg for arg in call.args if not is_scalar(arg)]
-            params = [relax.Var(f"arg{index}", arg.ty) for index, arg in enumerate(tensors)]
-            inner = iter(params)
-            body = relax.Call(call.op, [arg if is_scalar(arg) else next(inner) for arg in call.args],
-                              call.attrs, call.ty_args)
-            name = f"scalar_argument_{call.op.name.split('.')[-1]}"
-            callee = self.builder_.add_func(relax.Function(params, body, call.ty), name)
-            return relax.Call(callee, tensors, ret_ty=call.ty)
-
-    @tvm.transform.module_pass(opt_level=0, name="OutlineScalarArgumentCalls")
-    def outline(mod, _ctx):
-        rewrite = Outline(mod)
-        for gvar, func in list(mod.functions.items()):
-            if isinstance(func, relax.Function):
-                rewrite.builder_.update_func(gvar, rewrite.visit_expr(func))
-        return rewrite.builder_.get()
-
-    return outline
-
-
-# operators that only move or pick bf16 values: TVM lowers them for any dtype
-MOVES_DATA = frozenset(f"relax.{name}" for name in (
-    "astype", "reshape", "permute_dims", "expand_dims", "squeeze", "flatten", "broadcast_to", "concat", "split",
-    "strided_slice", "take", "repeat", "tile", "matmul", "nn.conv1d", "nn.conv2d", "nn.conv3d"))
-
-
-def _fp16_casts_to_bf16():
-    """ToMixedPrecision's fp16 casts made bf16 casts. Every other operator that would take bf16
-    tensors computes in fp32 between two casts (fused into its kernel): TVM 0.27 lowers power
-    and layer_norm, among others, for fp32 and fp16 only ("power only applies to float")."""
-    import tvm
-    from tvm import relax
-    from tvm.relax.expr_functor import PyExprMutator, mutator
-
-    astype = tvm.ir.Op.get("relax.astype")
-
-    def is_bf16(expr) -> bool:
-        return isinstance(expr.ty, relax.TensorType) and str(expr.ty.dtype) == "bfloat16"
-
-    @mutator
-    class CastsToBf16(PyExprMutator):
-        def visit_call_(self, call):
-            call = super().visit_call_(call)
-            if call.op.same_as(astype) and str(call.attrs.dtype) == "float16":
-                return relax.op.astype(call.args[0], "bfloat16")
-            if not isinstance(call.op, tvm.ir.Op) or call.op.name in MOVES_DATA or not any(
-                    is_bf16(arg) for arg in call.args if not tvm.ir.expr.is_prim_expr(arg)):
-                return call
-            args = [self.builder_.emit(relax.op.astype(arg, "float32"))
-                    if not tvm.ir.expr.is_prim_expr(arg) and is_bf16(arg) else arg for arg in call.args]
-            result = self.builder_.emit(relax.Call(call.op, args, call.attrs, call.ty_args))
-            return relax.op.astype(result, "bfloat16") if is_bf16(call) else result
-
-    @tvm.transform.module_pass(opt_level=0, name="FP16CastsToBF16")
-    def casts_to_bf16(mod, _ctx):
-        rewrite = CastsToBf16()
-        for gvar, func in list(mod.functions.items()):
-            if isinstance(func, relax.Function):
-                mod[gvar] = rewrite.visit_expr(func)
-        return mod
-
-    return casts_to_bf16
 
 
 def model_space(target, precision: str):

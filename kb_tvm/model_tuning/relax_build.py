@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from .onnx_input import ModelError, fold_constants
 from .precision import apply_math, lower_precision
+from .rewrites import integer_powers_as_products
 
 
 def to_relax(model):
@@ -20,8 +21,10 @@ def to_relax(model):
 
 
 def relax_module(model, target, *, precision: str, math: str):
-    """The module a model is tuned and built from: imported, in `precision`, with `math`, prepared."""
-    return prepare(apply_math(lower_precision(to_relax(model), precision), math), target)
+    """The module a model is tuned and built from: imported, its integer powers written out
+    (`rewrites.integer_powers_as_products`), in `precision`, with `math`, prepared."""
+    imported = integer_powers_as_products()(to_relax(model))
+    return prepare(apply_math(lower_precision(imported, precision), math), target)
 
 
 def prepare(mod, target):

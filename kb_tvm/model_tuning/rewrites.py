@@ -1,0 +1,132 @@
+"""Relax rewrites a model needs before TVM can build it right: each works around one thing TVM
+0.27 gets wrong, and says which."""
+
+from __future__ import annotations
+
+# exponents `integer_powers_as_products` writes out: a square, a cube (GELU's tanh form), a fourth
+SMALL_POWERS = (1, 2, 3, 4)
+
+
+def integer_powers_as_products():
+    """x ** n for a constant n in 1..4 (or its negative) as n - 1 multiplies (and a reciprocal).
+    TVM compiles CUDA with --use_fast_math, where powf is __powf, exp2(n * log2(x)): NaN for
+    every negative x. RMSNorm squares its input with Pow and GPT-2's GELU cubes it, so a
+    decoder's output was all NaN on CUDA. The products are exact and cheaper on any target."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    power = tvm.ir.Op.get("relax.power")
+
+    def exponent(expr) -> int | None:
+        if not isinstance(expr, tvm.ir.expr.GenericConst) or expr.value.numpy().size != 1:
+            return None
+        value = float(expr.value.numpy().reshape(()))
+        return int(value) if value.is_integer() and abs(int(value)) in SMALL_POWERS else None
+
+    @mutator
+    class Products(PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            n = exponent(call.args[1]) if call.op.same_as(power) else None
+            base = call.args[0] if n is not None else None
+            if base is None or str(base.ty) != str(call.ty):  # the exponent broadcasts it
+                return call
+            product = base
+            for _ in range(abs(n) - 1):
+                product = self.builder_.emit(relax.op.multiply(product, base))
+            return product if n > 0 else relax.op.divide(relax.const(np.ones((), str(base.ty.dtype))), product)
+
+    @tvm.transform.module_pass(opt_level=0, name="IntegerPowersAsProducts")
+    def products(mod, _ctx):
+        rewrite = Products(mod)
+        for gvar, func in list(mod.functions.items()):
+            if isinstance(func, relax.Function):
+                rewrite.builder_.update_func(gvar, rewrite.visit_expr(func))
+        return rewrite.builder_.get()
+
+    return products
+
+
+def outline_scalar_argument_calls():
+    """Each operator call that takes a scalar (triu's k, clip's bounds) moved into a private
+    function of its own: ToMixedPrecision leaves calls of functions alone (their inputs cast back
+    to fp32) where it fails on the operator itself. InlinePrivateFunctions puts them back."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    is_scalar = tvm.ir.expr.is_prim_expr
+
+    @mutator
+    class Outline(PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if not (isinstance(call.op, tvm.ir.Op) and any(is_scalar(arg) for arg in call.args)):
+                return call
+            tensors = [arg for arg in call.args if not is_scalar(arg)]
+            params = [relax.Var(f"arg{index}", arg.ty) for index, arg in enumerate(tensors)]
+            inner = iter(params)
+            body = relax.Call(call.op, [arg if is_scalar(arg) else next(inner) for arg in call.args],
+                              call.attrs, call.ty_args)
+            name = f"scalar_argument_{call.op.name.split('.')[-1]}"
+            callee = self.builder_.add_func(relax.Function(params, body, call.ty), name)
+            return relax.Call(callee, tensors, ret_ty=call.ty)
+
+    @tvm.transform.module_pass(opt_level=0, name="OutlineScalarArgumentCalls")
+    def outline(mod, _ctx):
+        rewrite = Outline(mod)
+        for gvar, func in list(mod.functions.items()):
+            if isinstance(func, relax.Function):
+                rewrite.builder_.update_func(gvar, rewrite.visit_expr(func))
+        return rewrite.builder_.get()
+
+    return outline
+
+
+# operators that only move or pick bf16 values: TVM lowers them for any dtype
+MOVES_DATA = frozenset(f"relax.{name}" for name in (
+    "astype", "reshape", "permute_dims", "expand_dims", "squeeze", "flatten", "broadcast_to", "concat", "split",
+    "strided_slice", "take", "repeat", "tile", "matmul", "nn.conv1d", "nn.conv2d", "nn.conv3d"))
+
+
+def fp16_casts_to_bf16():
+    """ToMixedPrecision's fp16 casts made bf16 casts. Every other operator that would take bf16
+    tensors computes in fp32 between two casts (fused into its kernel): TVM 0.27 lowers power
+    and layer_norm, among others, for fp32 and fp16 only ("power only applies to float")."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    astype = tvm.ir.Op.get("relax.astype")
+
+    def is_bf16(expr) -> bool:
+        return isinstance(expr.ty, relax.TensorType) and str(expr.ty.dtype) == "bfloat16"
+
+    @mutator
+    class CastsToBf16(PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if call.op.same_as(astype) and str(call.attrs.dtype) == "float16":
+                return relax.op.astype(call.args[0], "bfloat16")
+            if not isinstance(call.op, tvm.ir.Op) or call.op.name in MOVES_DATA or not any(
+                    is_bf16(arg) for arg in call.args if not tvm.ir.expr.is_prim_expr(arg)):
+                return call
+            args = [self.builder_.emit(relax.op.astype(arg, "float32"))
+                    if not tvm.ir.expr.is_prim_expr(arg) and is_bf16(arg) else arg for arg in call.args]
+            result = self.builder_.emit(relax.Call(call.op, args, call.attrs, call.ty_args))
+            return relax.op.astype(result, "bfloat16") if is_bf16(call) else result
+
+    @tvm.transform.module_pass(opt_level=0, name="FP16CastsToBF16")
+    def casts_to_bf16(mod, _ctx):
+        rewrite = CastsToBf16()
+        for gvar, func in list(mod.functions.items()):
+            if isinstance(func, relax.Function):
+                mod[gvar] = rewrite.visit_expr(func)
+        return mod
+
+    return casts_to_bf16
+
+
+
