@@ -76,6 +76,9 @@ def _show_model_event(record: dict) -> None:
     elif event == "kernel_best":  # the kernel families' stage, before MetaSchedule's
         click.echo(f"{record['family']}: {record['task']}: {record['seconds'] * 1e3:.4f} ms (untuned "
                    f"{record['default_s'] * 1e3:.4f}) with {record['variant']}")
+    elif event == "space_refused":
+        click.echo(f"          {record['task']} keeps its default schedule: TVM cannot make its design space "
+                   f"({record['why']})")
     elif event == "kernel_skip":
         click.echo(f"{record['family']}: {record['task']} skipped: {record['why']}")
 
