@@ -310,8 +310,9 @@ def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, 
                             pipeline=pipeline, precision=precision, exact_math=exact_math, cuda_graph=cuda_graph,
                             tune_anyway=tune_anyway, runner=runner, resume=resume, experience=experience,
                             on_event=_show_model_event)
-    except NumericsMismatch as err:  # its line is already shown, as the check's event
-        click.secho(f"stopped: {str(err).rsplit('. ', 1)[-1]}", fg="red", err=True)
+    except NumericsMismatch:  # the check's line is already shown, as its event
+        click.secho("stopped before the budget: nothing was tuned (--tune-anyway tunes regardless)", fg="red",
+                    err=True)
         sys.exit(3)
     except ModelError as err:
         _fail(str(err))

@@ -99,7 +99,7 @@ def tune_model(
         notify({"event": "numerics", "line": preflight.line(), "ok": preflight.ok,
                 "constant_reference": preflight.constant_reference})
         if not preflight.ok and not tune_anyway:
-            raise NumericsMismatch(f"{preflight.line()}. Nothing was tuned; --tune-anyway tunes regardless")
+            raise NumericsMismatch(preflight)
     tasks = ms.relax_integration.extract_tasks(mod, target)
     work_dir.mkdir(parents=True, exist_ok=True)
     default_latency = profile_kernels(untuned, target, tasks)

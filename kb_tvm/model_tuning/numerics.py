@@ -14,10 +14,6 @@ from .onnx_input import ModelError
 from .precision import Tolerance, compare_sets, mismatch
 
 
-class NumericsMismatch(ModelError):
-    """The untuned TVM build already disagrees with the reference: said in one line."""
-
-
 @dataclass(frozen=True)
 class Divergence:
     """The first operator of the graph whose output TVM computes differently, its inputs agreeing."""
@@ -40,6 +36,7 @@ class Verdict:
     max_abs_error: float | None
     constant_reference: bool
     divergence: Divergence | None = None
+    searched: bool = False  # whether the intermediate tensors were compared (only on a mismatch)
 
     @property
     def ok(self) -> bool:
@@ -55,6 +52,9 @@ class Verdict:
             text = f"numerics: the untuned TVM build disagrees with {self.reference}: {self.mismatch}"
             if self.divergence is not None:
                 text += f"; {self.divergence}"
+            elif self.searched:  # seen on CUDA: a fused kernel's wrong reads of a bool mask
+                text += ("; every operator agrees when each output is a tensor of its own: the difference is "
+                         "inside a fused kernel")
         if self.constant_reference:
             text += f"; {CONSTANT_WARNING}"
         return text
@@ -63,6 +63,14 @@ class Verdict:
         return {"reference": self.reference, "ok": self.ok, "mismatch": self.mismatch,
                 "max_abs_error": self.max_abs_error, "constant_reference": self.constant_reference,
                 "first_divergence": None if self.divergence is None else str(self.divergence)}
+
+
+class NumericsMismatch(ModelError):
+    """The untuned TVM build already disagrees with the reference: said in one line."""
+
+    def __init__(self, verdict: Verdict):
+        super().__init__(f"{verdict.line()}. Nothing was tuned; --tune-anyway tunes regardless")
+        self.verdict = verdict
 
 
 CONSTANT_WARNING = ("the reference's outputs are the same for different inputs, so this check cannot tell a "
@@ -180,7 +188,7 @@ def check_untuned(model, input_sets: list[list[np.ndarray]], untuned_outputs: li
 
     divergence = first_divergence(model, build_outputs, input_sets[0], tolerance)
     return Verdict(reference=verdict.reference, mismatch=verdict.mismatch, max_abs_error=verdict.max_abs_error,
-                   constant_reference=verdict.constant_reference, divergence=divergence)
+                   constant_reference=verdict.constant_reference, divergence=divergence, searched=True)
 
 
 def check_numerics(model, target, *, precision: str, math: str) -> Verdict:

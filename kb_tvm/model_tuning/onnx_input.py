@@ -124,16 +124,16 @@ def fold_constants(model):
                                           for node in graph.node for a in node.attribute):
         return model
     known = {init.name for init in graph.initializer}
-    folded = []
-    for node in graph.node:
+    folded = set()  # node indices
+    for index, node in enumerate(graph.node):
         if node.op_type in NOT_FOLDED:
             continue
         if node.op_type in ("Shape", "Size") or all(name in known for name in node.input if name):
-            folded.append(node)
+            folded.add(index)
             known.update(name for name in node.output if name)
-    used_later = {name for node in graph.node if node not in folded for name in node.input}
+    used_later = {name for index, node in enumerate(graph.node) if index not in folded for name in node.input}
     used_later |= {o.name for o in graph.output}
-    frontier = [name for node in folded for name in node.output if name in used_later]
+    frontier = [name for index in sorted(folded) for name in graph.node[index].output if name in used_later]
     if not frontier:
         return model
     probe = onnx.ModelProto()
@@ -146,7 +146,7 @@ def fold_constants(model):
     values = dict(zip(frontier, session.run(frontier, feeds)))
     result = onnx.ModelProto()
     result.CopyFrom(model)
-    kept = [node for node in graph.node if node not in folded]
+    kept = [node for index, node in enumerate(graph.node) if index not in folded]
     del result.graph.node[:]
     result.graph.node.extend(kept)
     result.graph.initializer.extend(numpy_helper.from_array(np.asarray(values[name]), name) for name in frontier)
