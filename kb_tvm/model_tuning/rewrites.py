@@ -3,6 +3,22 @@
 
 from __future__ import annotations
 
+def over_relax_functions(mutator_class, name: str):
+    """A module pass that rewrites every Relax function with `mutator_class` (a PyExprMutator)."""
+    import tvm
+    from tvm import relax
+
+    @tvm.transform.module_pass(opt_level=0, name=name)
+    def rewrite_functions(mod, _ctx):
+        rewrite = mutator_class(mod)
+        for gvar, func in list(mod.functions.items()):
+            if isinstance(func, relax.Function):
+                rewrite.builder_.update_func(gvar, rewrite.visit_expr(func))
+        return rewrite.builder_.get()
+
+    return rewrite_functions
+
+
 # exponents `integer_powers_as_products` writes out: a square, a cube (GELU's tanh form), a fourth
 SMALL_POWERS = (1, 2, 3, 4)
 
@@ -38,15 +54,7 @@ def integer_powers_as_products():
                 product = self.builder_.emit(relax.op.multiply(product, base))
             return product if n > 0 else relax.op.divide(relax.const(np.ones((), str(base.ty.dtype))), product)
 
-    @tvm.transform.module_pass(opt_level=0, name="IntegerPowersAsProducts")
-    def products(mod, _ctx):
-        rewrite = Products(mod)
-        for gvar, func in list(mod.functions.items()):
-            if isinstance(func, relax.Function):
-                rewrite.builder_.update_func(gvar, rewrite.visit_expr(func))
-        return rewrite.builder_.get()
-
-    return products
+    return over_relax_functions(Products, "IntegerPowersAsProducts")
 
 
 def outline_scalar_argument_calls():
@@ -74,15 +82,7 @@ def outline_scalar_argument_calls():
             callee = self.builder_.add_func(relax.Function(params, body, call.ty), name)
             return relax.Call(callee, tensors, ret_ty=call.ty)
 
-    @tvm.transform.module_pass(opt_level=0, name="OutlineScalarArgumentCalls")
-    def outline(mod, _ctx):
-        rewrite = Outline(mod)
-        for gvar, func in list(mod.functions.items()):
-            if isinstance(func, relax.Function):
-                rewrite.builder_.update_func(gvar, rewrite.visit_expr(func))
-        return rewrite.builder_.get()
-
-    return outline
+    return over_relax_functions(Outline, "OutlineScalarArgumentCalls")
 
 
 # operators that only move or pick bf16 values: TVM lowers them for any dtype
@@ -118,15 +118,7 @@ def fp16_casts_to_bf16():
             result = self.builder_.emit(relax.Call(call.op, args, call.attrs, call.ty_args))
             return relax.op.astype(result, "bfloat16") if is_bf16(call) else result
 
-    @tvm.transform.module_pass(opt_level=0, name="FP16CastsToBF16")
-    def casts_to_bf16(mod, _ctx):
-        rewrite = CastsToBf16()
-        for gvar, func in list(mod.functions.items()):
-            if isinstance(func, relax.Function):
-                mod[gvar] = rewrite.visit_expr(func)
-        return mod
-
-    return casts_to_bf16
+    return over_relax_functions(CastsToBf16, "FP16CastsToBF16")
 
 
 
