@@ -101,6 +101,11 @@ def test_the_gpu_harness_refuses_a_workload_it_cannot_run_in_one_line_before_tou
     assert not (tmp_path / "out.json").exists()
 
 
+def _names(buffers) -> list[str]:
+    """The buffers' names, a tensor another kernel made as lv<n> (Relax numbers its variables)."""
+    return [re.sub(r"^lv\d+$", "lv<n>", b.name) for b in buffers]
+
+
 def test_a_bert_layers_linear_tasks_are_read_with_their_fused_epilogues():
     _, tasks, _ = bert_fp16_tasks()
     read = {}
@@ -110,17 +115,17 @@ def test_a_bert_layers_linear_tasks_are_read_with_their_fused_epilogues():
         except NotAHopperGemm:
             continue
         if fused.problem.batch == 1:  # the Linear layers; attention's batched matmuls below
-            read[name] = (fused.problem, [b.name for b in fused.extras], len(fused.epilogue))
+            read[name] = (fused.problem, _names(fused.extras), len(fused.epilogue))
     assert read == {
         # Q, K, V and FFN down: bias, then (out projection, FFN down) the fp32 residual
         "fused_matmul_cast1_add2": (GemmProblem(m=128, n=64, k=64, dtype="float16", out_dtype="float16",
                                                 b_layout="kn"), ["param_1"], 2),
         "fused_matmul_cast1_add2_cast5_add1": (GemmProblem(m=128, n=64, k=64, dtype="float16",
                                                            out_dtype="float32", b_layout="kn"),
-                                               ["param_1", "lv29"], 4),
+                                               ["param_1", "lv<n>"], 4),
         "fused_matmul4_cast1_add2_cast5_add1": (GemmProblem(m=128, n=64, k=256, dtype="float16",
                                                             out_dtype="float32", b_layout="kn"),
-                                                ["param_1", "lv53"], 4),
+                                                ["param_1", "lv<n>"], 4),
         # FFN up: bias and erf's GELU, whose constants are scalar parameters
         "fused_matmul3_cast6_add4_divide_erf_add5_multiply2_multiply3": (
             GemmProblem(m=128, n=256, k=64, dtype="float16", out_dtype="float16", b_layout="kn"),
@@ -132,7 +137,7 @@ def test_a_bert_layers_linear_tasks_are_read_with_their_fused_epilogues():
     scores, values = attention.values()
     assert scores.problem == GemmProblem(m=128, n=128, k=32, dtype="float16", out_dtype="float32", b_layout="kn",
                                          batch=2, b_batched=True)
-    assert [b.name for b in scores.extras] == ["param_0", "lv43"]  # the scale, the [1, 1, 1, 128] mask
+    assert _names(scores.extras) == ["param_0", "lv<n>"]  # the scale, the [1, 1, 1, 128] mask
     assert values.problem == GemmProblem(m=128, n=32, k=128, dtype="float16", out_dtype="float16", b_layout="kn",
                                          batch=2, b_batched=True)
 
