@@ -19,40 +19,47 @@ def run_and_time(executable, target, input_sets: list[list[np.ndarray]], repeat:
     the policy's time cap). All sets run on one VM, the later ones after the timing: a build with
     CUDA graphs captures them on the first call, and later inputs must still be read, not the
     captured ones. on_report gets the timing report (repeats, number, verdict)."""
-    import tvm
-    from tvm import relax
-
     from ..measure.timer import time_function
 
-    device = tvm.cuda(0) if target.kind.name == "cuda" else tvm.cpu(0)
-    vm = relax.VirtualMachine(executable, device)
-    tensor_sets = [[tvm.runtime.tensor(a, device) for a in inputs] for inputs in input_sets]
-
-    def run(args):
-        out = vm["main"](*args)
-        return [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]
-
-    outputs = [run(tensor_sets[0])]
+    vm, device = _virtual_machine(executable, target)
+    tensor_sets = [_on_device(inputs, device) for inputs in input_sets]
+    outputs = [_main_outputs(vm, tensor_sets[0])]
     vm.set_input("main", *tensor_sets[0])
     report = time_function(vm, "invoke_stateful", device, ["main"], at_least(TimingPolicy(), repeat),
                            cpu=target.kind.name != "cuda")
     if on_report is not None:
         on_report(report)
-    return outputs + [run(args) for args in tensor_sets[1:]], report["median_s"]
+    return outputs + [_main_outputs(vm, args) for args in tensor_sets[1:]], report["median_s"]
 
 
 def run_outputs(executable, target, input_sets: list[list[np.ndarray]]) -> list[list[np.ndarray]]:
     """The main function's outputs for each set of inputs, untimed."""
+    vm, device = _virtual_machine(executable, target)
+    return [_main_outputs(vm, _on_device(inputs, device)) for inputs in input_sets]
+
+
+def _device(target):
     import tvm
+
+    return tvm.cuda(0) if target.kind.name == "cuda" else tvm.cpu(0)
+
+
+def _virtual_machine(executable, target):
     from tvm import relax
 
-    device = tvm.cuda(0) if target.kind.name == "cuda" else tvm.cpu(0)
-    vm = relax.VirtualMachine(executable, device)
-    results = []
-    for inputs in input_sets:
-        out = vm["main"](*[tvm.runtime.tensor(a, device) for a in inputs])
-        results.append([out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out])
-    return results
+    device = _device(target)
+    return relax.VirtualMachine(executable, device), device
+
+
+def _on_device(arrays: list[np.ndarray], device) -> list:
+    import tvm
+
+    return [tvm.runtime.tensor(a, device) for a in arrays]
+
+
+def _main_outputs(vm, args) -> list[np.ndarray]:
+    out = vm["main"](*args)
+    return [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]
 
 
 def profile_kernels(executable, target, tasks, repeat: int = 5, *,
@@ -60,13 +67,12 @@ def profile_kernels(executable, target, tasks, repeat: int = 5, *,
     """Seconds per call of each task's kernel as built in `executable` (timed alone, on the
     runner's `activation_like` arguments, at least `repeat` repeats): where the model's time goes
     before tuning. The bottleneck analysis. on_report gets each task's name and timing report."""
-    import tvm
     from tvm.s_tir.meta_schedule.arg_info import ArgInfo
 
     from ..measure.timer import device_arguments, time_function
     from ..measure.workers import argument_signature
 
-    device = tvm.cuda(0) if target.kind.name == "cuda" else tvm.cpu(0)
+    device = _device(target)
     library = executable.mod.imports[0]  # the compiled kernels, named as the tasks
     policy = at_least(TimingPolicy(), repeat)
     seconds = {}

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+
 def over_relax_functions(mutator_class, name: str):
     """A module pass that rewrites every Relax function with `mutator_class` (a PyExprMutator)."""
     import tvm
@@ -119,6 +120,3 @@ def fp16_casts_to_bf16():
             return relax.op.astype(result, "bfloat16") if is_bf16(call) else result
 
     return over_relax_functions(CastsToBf16, "FP16CastsToBF16")
-
-
-
