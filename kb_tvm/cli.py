@@ -76,6 +76,9 @@ def _show_model_event(record: dict) -> None:
     elif event == "kernel_best":  # the kernel families' stage, before MetaSchedule's
         click.echo(f"{record['family']}: {record['task']}: {record['seconds'] * 1e3:.4f} ms (untuned "
                    f"{record['default_s'] * 1e3:.4f}) with {record['variant']}")
+    elif event == "space_fallback":
+        click.echo(f"          {record['task']}: TVM cannot make its design space ({record['why']}); searched "
+                   f"with its elementwise producers inlined instead")
     elif event == "space_refused":
         click.echo(f"          {record['task']} keeps its default schedule: TVM cannot make its design space "
                    f"({record['why']})")

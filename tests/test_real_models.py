@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -26,19 +27,27 @@ DYNAMIC = {"resnet18": {"input": ["batch"]},
 
 def _run_at_once(commands: dict[str, list[str]], timeout: float) -> dict[str, tuple[int, str, str]]:
     """One command per model, all running at once (much of each is one busy core: imports, TVM's
-    builds, Python), as name -> (exit code, stdout, stderr)."""
-    processes = {name: subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    builds, Python), as name -> (exit code, stdout, stderr). Their output goes to files: a pipe
+    read only after the commands before it had ended filled up, and its command then stalled
+    in a write for seconds of its tuning budget."""
+    files = {name: (tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")) for name in commands}
+    processes = {name: subprocess.Popen(command, stdout=files[name][0], stderr=files[name][1], text=True)
                  for name, command in commands.items()}
     results = {}
     try:
         for name, process in processes.items():
-            out, err = process.communicate(timeout=timeout)
-            results[name] = (process.returncode, out, err)
+            process.wait(timeout=timeout)
+            out, err = files[name]
+            out.seek(0)
+            err.seek(0)
+            results[name] = (process.returncode, out.read(), err.read())
     finally:
-        for process in processes.values():
+        for name, process in processes.items():
             if process.poll() is None:
                 process.kill()
-                process.communicate()
+                process.wait()
+            for file in files[name]:
+                file.close()
     return results
 
 

@@ -27,7 +27,7 @@ from .report import (
     report_markdown,
 )
 from .run_state import read_state, write_state
-from .task_spaces import searchable_tasks
+from .task_spaces import searchable_tasks, tune_contexts
 
 
 def tune_model(
@@ -107,7 +107,9 @@ def tune_model(
 
     with tensor_intrinsics(target):  # registered before the clock
         space = model_space(target, precision)
-        searchable, refused = searchable_tasks(tasks, space)
+        searchable, rescued, why_rescued, refused = searchable_tasks(tasks, space)
+        for task_name, why in why_rescued.items():
+            notify({"event": "space_fallback", "task": task_name, "why": why})
         for task_name, why in refused.items():
             notify({"event": "space_refused", "task": task_name, "why": why})
         tuning_budget = TuningBudget(budget, already_spent=earlier["spent_s"] if earlier else 0.0).start()
@@ -150,9 +152,9 @@ def tune_model(
                                              experience=experience, log_dir=str(work_dir / "kb_logs"))
             kept = CandidateRecorder(work_dir=work_dir, strategy=strategy,
                                      clock=lambda: tuning_budget.spent, builder=builder, runner=runner)
-            # tune_relax, with the tasks whose design space TVM cannot generate left out
-            contexts, task_weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
-                searchable, work_dir=str(work_dir), space=space, strategy=search, seed=seed)
+            # tune_relax, with the tasks TVM's rules fail on in their fallback space or left out
+            contexts, task_weights = tune_contexts(searchable, rescued, target=target, work_dir=str(work_dir),
+                                                   space=space, strategy=search, seed=seed)
             ms.tune.tune_tasks(
                 tasks=contexts, task_weights=task_weights, work_dir=str(work_dir), max_trials_global=1_000_000,
                 num_trials_per_iter=trials_per_batch or (64 if is_cuda else 16), builder=builder, runner=runner,
@@ -216,6 +218,7 @@ def tune_model(
                             **c.family.record(c.params)} for c in used_kernels],
         "family_builds": tried if len(tried) > 1 else [],
         "tasks_without_design_space": refused,  # kept their default schedules: TVM's rules fail on them
+        "tasks_on_fallback_space": why_rescued,  # searched after their elementwise producers were inlined
         "plot": str(work_dir / "latency.png"),
         "curve": [{"seconds": round(s, 2), "estimated_ms": round(ms_ * 1e3, 5)} for s, ms_ in curve],
         "tasks": [_task_row(n, weights[n], default_latency[n], used_latency[n], total, total_after,

@@ -105,6 +105,13 @@ def _device_lines(seconds: dict | None) -> list[str]:
     return [f"- device seconds timing candidates: {spent}"]
 
 
+def _space_lines(report: dict) -> list[str]:
+    fallback, refused = report.get("tasks_on_fallback_space") or {}, report.get("tasks_without_design_space") or {}
+    return ([f"- searched with elementwise producers inlined (TVM's rules fail on them as they are): "
+             f"{', '.join(fallback)}"] if fallback else []) + \
+        ([f"- default schedule (no design space: TVM's rules fail on them): {', '.join(refused)}"] if refused else [])
+
+
 def report_markdown(report: dict) -> str:
     lines = [
         f"# kb-tvm report: {report['model']}",
@@ -126,6 +133,7 @@ def report_markdown(report: dict) -> str:
         *_untuned_line(report["numerics"]),
         f"- library: `{report['library']}`",
         *_device_lines(report.get("device_seconds")),
+        *_space_lines(report),
         "",
         "![end-to-end latency against seconds spent](latency.png)",
         "",
