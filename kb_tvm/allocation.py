@@ -15,6 +15,11 @@ workloads tuned before (the experience library).
 
 Shares are re-computed from every task's current best latency before each choice (Amdahl): a
 task retired as trivial comes back when the others have got fast enough that it is not.
+
+The pace of a search alone does not say how far a kernel is from what the machine can do: a
+task whose best is below half its ceiling (the least time the machine's peak FLOP/s and
+bandwidth allow, `measure.ceiling`) is not retired for its pace while more than a tenth of the
+budget is left; it is held, and says so.
 """
 
 from __future__ import annotations
@@ -49,10 +54,17 @@ class TaskStats:
     best_tuned: float | None = None  # the search's best, seconds, even where the default is faster
     # improvement curves of similar workloads tuned before (experience library)
     borrowed_improvements: list[list[float]] = field(default_factory=list)
+    ceiling_s: float | None = None  # the least seconds per call the machine allows (None: unknown)
 
     @property
     def batches(self) -> int:
         return len(self.batch_seconds)
+
+    @property
+    def of_ceiling(self) -> float | None:
+        """Its best latency's fraction of what the machine allows (1: at the ceiling)."""
+        latency = self.latency if self.latency is not None else self.latency_default
+        return None if latency is None or not self.ceiling_s else self.ceiling_s / latency
 
     @property
     def model_seconds(self) -> float | None:
@@ -149,6 +161,7 @@ class Choice:
     retired: dict[int, str]
     revived: dict[int, str] = field(default_factory=dict)  # trivial before, a bottleneck now
     parked: frozenset[int] = frozenset()  # those of `retired` retired as trivial (revocable)
+    held: dict[int, str] = field(default_factory=dict)  # not retired for their pace: far below their ceiling
 
 
 def apply_choice(tasks: list[TaskStats], choice: Choice) -> None:
@@ -168,6 +181,9 @@ def choose_next(
     floor_share: float = 0.02,
     min_gain_left: float = 0.005,
     busy: frozenset[int] = frozenset(),
+    seconds_total: float | None = None,
+    far_below: float = 0.5,
+    hold_share: float = 0.1,
 ) -> Choice:
     """The task to give the next batch, and the tasks to retire now (with why).
 
@@ -180,6 +196,9 @@ def choose_next(
     retired the QKV matmuls with 399 s left at 3.8 us, where stock's search went on to 1.5 us.
     busy: tasks with a batch in flight (several devices): neither chosen nor retired until its
     results are in; their latencies still count in the model's time.
+    far_below, hold_share: a task under `far_below` of its ceiling is not retired for its pace
+    while more than `hold_share` of `seconds_total` is left (seen: a CPU FFN matmul, the model's
+    largest task, retired with 161 s of 300 left at ~62 GFLOP/s on a CPU that does ~190).
     """
     measured = [t.model_seconds for t in tasks if t.model_seconds is not None]
     model_time = sum(measured) or 1.0
@@ -191,6 +210,7 @@ def choose_next(
                and t.model_seconds / model_time >= floor_share}
     live = [i for i, t in enumerate(tasks) if (t.retired is None or i in revived) and i not in busy]
     retired: dict[int, str] = {}
+    held: dict[int, str] = {}
     parked: set[int] = set()
     untried = [i for i in live if tasks[i].batches == 0]
     for i in untried:
@@ -201,7 +221,7 @@ def choose_next(
     untried = [i for i in untried if i not in retired]
     if untried:  # one batch each first, the most model time (or FLOPs, untimed) first
         pick = max(untried, key=lambda i: (tasks[i].model_seconds or 0.0, tasks[i].weight * tasks[i].flop))
-        return Choice(pick, "first batch: measuring its latency", {}, retired, revived, frozenset(parked))
+        return Choice(pick, "first batch: measuring its latency", {}, retired, revived, frozenset(parked), held)
     graph = similarity_graph(tasks)
     gains: dict[int, float] = {}
     for i in live:
@@ -226,11 +246,17 @@ def choose_next(
         gain = task.model_seconds * predicted_improvement(task, neighbours) / max(seconds, 1e-3)
         gains[i] = gain / model_time  # fraction of model time gained per second
         if gains[i] * seconds_left < min_gain_left:
-            retired[i] = (f"expected gain {gains[i]:.1e} of model time per second buys "
-                          f"{gains[i] * seconds_left:.2%} in the {seconds_left:.0f} s left (< {min_gain_left:.1%})")
+            pace = (f"expected gain {gains[i]:.1e} of model time per second buys "
+                    f"{gains[i] * seconds_left:.2%} in the {seconds_left:.0f} s left (< {min_gain_left:.1%})")
+            of_ceiling = task.of_ceiling
+            if (of_ceiling is not None and of_ceiling < far_below and seconds_total
+                    and seconds_left > hold_share * seconds_total):
+                held[i] = f"{pace}, but it runs at {of_ceiling:.0%} of its ceiling: kept"
+            else:
+                retired[i] = pace
     candidates = {i: g for i, g in gains.items() if i not in retired}
     if not candidates:
-        return Choice(None, "no task is worth more seconds", gains, retired, revived, frozenset(parked))
+        return Choice(None, "no task is worth more seconds", gains, retired, revived, frozenset(parked), held)
     pick = max(candidates, key=candidates.get)
     return Choice(pick, f"highest expected gain per second ({candidates[pick]:.2e} of model time/s)",
-                  gains, retired, revived, frozenset(parked))
+                  gains, retired, revived, frozenset(parked), held)

@@ -73,6 +73,9 @@ def _show_model_event(record: dict) -> None:
         click.echo(f"          {record['task']} retired: {record['why']}")
     elif event == "revive":
         click.echo(f"          {record['task']} back: {record['why']}")
+    elif event == "hold":
+        click.echo(f"          {record['task']} not retired: {record['why']} (ceiling {record['ceiling_ms']:.4f} ms "
+                   f"by {record['ceiling']})")
     elif event == "kernel_best":  # the kernel families' stage, before MetaSchedule's
         click.echo(f"{record['family']}: {record['task']}: {record['seconds'] * 1e3:.4f} ms (untuned "
                    f"{record['default_s'] * 1e3:.4f}) with {record['variant']}")

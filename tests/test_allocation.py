@@ -167,3 +167,32 @@ def test_tasks_with_a_batch_in_flight_are_neither_chosen_nor_retired():
     assert 1 in choose_next(tasks, default_batch_seconds=10, seconds_left=0.1, busy=frozenset({0})).retired
     choice = choose_next(tasks, default_batch_seconds=10, seconds_left=0.1, busy=frozenset({0, 1}))
     assert choice.task is None and choice.retired.keys() == {2}  # ...but not while its next batch is out
+
+
+def _flat_ffn(ceiling_s):
+    """The CPU BERT layer's FFN matmul (issue 37): the model's largest task, gaining little per
+    batch, at 62 GFLOP/s where the machine does ~190 (a third of its ceiling, 0.35 ms)."""
+    ffn = TaskStats("fused_matmul_add_gelu", weight=1, flop=6.7e7, latency_default=1.08e-3, ceiling_s=ceiling_s)
+    ffn.record_batch(10.0, 16, ffn.latency_default)
+    ffn.improvements = [0.0005] * 18
+    return [ffn]
+
+
+def test_a_task_far_below_its_ceiling_is_held_while_a_tenth_of_the_budget_is_left():
+    # at 3% of model time to gain in the seconds left, under a 5% floor: its pace alone would retire it
+    held = choose_next(_flat_ffn(0.35e-3), default_batch_seconds=10, seconds_left=161, seconds_total=300,
+                       min_gain_left=0.05)
+    assert held.task == 0 and held.retired == {}
+    assert "expected gain" in held.held[0] and "at 32% of its ceiling: kept" in held.held[0]
+    # the last tenth of the budget: its pace decides again
+    late = choose_next(_flat_ffn(0.35e-3), default_batch_seconds=10, seconds_left=29, seconds_total=300,
+                       min_gain_left=0.05)
+    assert late.task is None and "expected gain" in late.retired[0] and late.held == {}
+
+
+def test_a_task_near_its_ceiling_or_without_one_retires_for_its_pace():
+    for ceiling_s in (0.8e-3, None):  # at 74% of its ceiling; no ceiling known (a GPU)
+        choice = choose_next(_flat_ffn(ceiling_s), default_batch_seconds=10, seconds_left=161, seconds_total=300,
+                             min_gain_left=0.05)
+        assert choice.task is None and "expected gain" in choice.retired[0] and choice.held == {}
+    assert _flat_ffn(0.8e-3)[0].of_ceiling == pytest.approx(0.8e-3 / 1.08e-3)

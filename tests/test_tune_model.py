@@ -157,6 +157,11 @@ def test_tune_the_shipped_model_end_to_end(tmp_path):
     assert curve[0] == pytest.approx(report["latency_untuned_ms"], rel=1e-3) and curve == sorted(curve, reverse=True)
     assert (work_dir / "latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| task | weight | share untuned | share at end |" in (work_dir / "report.md").read_text()
+    # each task's speed at the end and the fraction of this CPU's ceiling it reaches
+    assert report["ceiling"].startswith(tuple("123456789")) and "numpy matmul" in report["ceiling"]
+    matmuls = [t for t in tasks if "matmul" in t["task"]]
+    assert matmuls and all(t["gflops"] > 0 and 0 < t["of_ceiling"] for t in matmuls)
+    assert f"the ceiling is {report['ceiling']}" in (work_dir / "report.md").read_text()
     # records are TVM's own JSONDatabase files, one per schedule; the library loads and runs with stock TVM
     records = ms.database.JSONDatabase(work_dir=str(work_dir)).get_all_tuning_records()
     assert len(records) == len({str(r.trace) for r in records}) == report["schedules_measured"] <= report["trials"]

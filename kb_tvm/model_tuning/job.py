@@ -71,8 +71,10 @@ def tune_model(
     Before the budget starts, the untuned build is checked against onnxruntime (`numerics`): on a
     mismatch NumericsMismatch names the first diverging operator, unless `tune_anyway`."""
     from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.analysis import estimate_tir_flops
 
     from ..measure.callbacks import CandidateRecorder, ProgressRecorder
+    from ..measure.ceiling import buffer_bytes, host_ceiling
     from ..measure.candidate_log import FILE_NAME, CandidateLog
     from ..measure.database import RecordDatabase
     from ..measure.runner import KBRunner
@@ -104,6 +106,11 @@ def tune_model(
     work_dir.mkdir(parents=True, exist_ok=True)
     default_latency = profile_kernels(untuned, target, tasks)
     notify({"event": "untuned", "latency_ms": untuned_latency * 1e3})
+    ceiling = host_ceiling(target)  # what this machine allows each task (CPUs; measured once, kept)
+    task_flop = {str(t.task_name): estimate_tir_flops(t.dispatched[0]) for t in tasks}
+    ceilings = {} if ceiling is None else {
+        str(t.task_name): ceiling.seconds(task_flop[str(t.task_name)], buffer_bytes(t.dispatched[0]["main"]))
+        for t in tasks}
 
     with tensor_intrinsics(target):  # registered before the clock
         space = model_space(target, precision)
@@ -145,7 +152,8 @@ def tune_model(
                 scheduler = KBTaskScheduler(budget=tuning_budget, on_event=emit, default_latency=current_latency,
                                             earlier=[TaskStats(**t) for t in earlier["tasks"]] if earlier else None,
                                             experience=experience,
-                                            runner=runner if isinstance(runner, KBRunner) else None)
+                                            runner=runner if isinstance(runner, KBRunner) else None,
+                                            ceilings=ceilings, ceiling_source=ceiling and ceiling.describe())
             else:
                 scheduler = "gradient"
             search, cost_model = make_search(strategy, tuning_budget, seed=seed, repeatable=repeatable,
@@ -221,9 +229,11 @@ def tune_model(
         "tasks_on_fallback_space": why_rescued,  # searched after their elementwise producers were inlined
         "plot": str(work_dir / "latency.png"),
         "curve": [{"seconds": round(s, 2), "estimated_ms": round(ms_ * 1e3, 5)} for s, ms_ in curve],
+        "ceiling": ceiling and ceiling.describe(),  # what `of_ceiling` in the task rows is a fraction of
         "tasks": [_task_row(n, weights[n], default_latency[n], used_latency[n], total, total_after,
                              by_name.get(n), on_devices["per_task"].get(n),
-                             next((c.describe() for c in used_kernels if c.task == n), None))
+                             next((c.describe() for c in used_kernels if c.task == n), None),
+                             flop=task_flop.get(n), ceiling_s=ceilings.get(n))
                   for n in sorted(weights, key=lambda n: -weights[n] * default_latency[n])],
         "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
     }

@@ -8,9 +8,14 @@ from pathlib import Path
 from .numerics import CONSTANT_WARNING
 
 
-def _task_row(name, weight, default, after, total, total_after, stats, device_seconds=None, kernel=None) -> dict:
-    """kernel: the family and variant that replaces the task (KernelChoice.describe), if one does."""
+def _task_row(name, weight, default, after, total, total_after, stats, device_seconds=None, kernel=None, *,
+              flop: float | None = None, ceiling_s: float | None = None) -> dict:
+    """kernel: the family and variant that replaces the task (KernelChoice.describe), if one does.
+    flop: its FLOPs per call; ceiling_s: the least seconds per call the machine allows (`of_ceiling`
+    is the fraction of that it reaches)."""
     return {"task": name, "weight": weight, "share_of_model_time": weight * default / total,
+            "gflops": flop / after / 1e9 if flop and after else None,
+            "of_ceiling": ceiling_s / after if ceiling_s and after else None,
             "share_at_end": weight * after / total_after,
             "seconds": stats.seconds if stats else None, "trials": stats.trials if stats else None,
             "device_seconds": device_seconds,
@@ -105,6 +110,10 @@ def _device_lines(seconds: dict | None) -> list[str]:
     return [f"- device seconds timing candidates: {spent}"]
 
 
+def _number(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
 def _space_lines(report: dict) -> list[str]:
     fallback, refused = report.get("tasks_on_fallback_space") or {}, report.get("tasks_without_design_space") or {}
     return ([f"- searched with elementwise producers inlined (TVM's rules fail on them as they are): "
@@ -140,11 +149,13 @@ def report_markdown(report: dict) -> str:
         "Latency before = the task's default schedule in the untuned build; after = the schedule the "
         "tuned build uses (a tuned record only where it beats the default; a kernel family's name "
         "and parameters = that family's kernel (kb_tvm/kernels), its row in kernels.jsonl). Share of model time: "
-        "weight x latency over all tasks, untuned and at the end.",
+        "weight x latency over all tasks, untuned and at the end. GFLOP/s and of ceiling: at the end; the "
+        f"ceiling is {report['ceiling']}." if report.get("ceiling") else
+        "weight x latency over all tasks, untuned and at the end. GFLOP/s: at the end.",
         "",
-        "| task | weight | share untuned | share at end | seconds | device s | trials | before ms | after ms | schedule "
-        "| retired |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| task | weight | share untuned | share at end | seconds | device s | trials | before ms | after ms | GFLOP/s "
+        "| of ceiling | schedule | retired |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for t in report["tasks"]:
         seconds = "-" if t["seconds"] is None else f"{t['seconds']:.0f}"
@@ -152,6 +163,6 @@ def report_markdown(report: dict) -> str:
         on_device = "-" if t.get("device_seconds") is None else f"{t['device_seconds']:.1f}"
         lines.append(f"| {t['task']} | {t['weight']:g} | {t['share_of_model_time']:.1%} | {t['share_at_end']:.1%} | "
                      f"{seconds} | {on_device} | {trials} | "
-                     f"{t['latency_before_ms']:.4f} | {t['latency_after_ms']:.4f} | {t['schedule']} | "
-                     f"{t['retired'] or ''} |")
+                     f"{t['latency_before_ms']:.4f} | {t['latency_after_ms']:.4f} | {_number(t.get('gflops'), '.1f')} | "
+                     f"{_number(t.get('of_ceiling'), '.0%')} | {t['schedule']} | {t['retired'] or ''} |")
     return "\n".join(lines) + "\n"

@@ -34,6 +34,9 @@ class KBTaskScheduler(PyTaskScheduler):
     is likely to improve, before it has a curve of its own.
     `stats` holds per task: seconds, trials, latency before/after, and why it retired;
     `earlier` takes the stats of an interrupted run of the same job, to resume it.
+    `ceilings` (task name -> the least seconds per call the machine allows, `measure.ceiling`):
+    a task far below its ceiling is not retired for its pace while a tenth of the budget is
+    left; `ceiling_source` says in the decision log which ceiling that was.
     `runner`: the tune's KBRunner. Where it measures on several devices (an RPC tracker's
     servers), up to that many tasks' batches are in flight at once: while one task's batch is
     timed, the next task's builds and then measures on the devices left free. A task's results
@@ -45,7 +48,8 @@ class KBTaskScheduler(PyTaskScheduler):
                  min_gain_left: float = 0.005, on_event: Callable[[dict], None] | None = None,
                  earlier: list[allocation.TaskStats] | None = None,
                  default_latency: dict[str, float] | None = None,
-                 experience: Experience | None = None, runner: KBRunner | None = None) -> None:
+                 experience: Experience | None = None, runner: KBRunner | None = None,
+                 ceilings: dict[str, float] | None = None, ceiling_source: str | None = None) -> None:
         check_option("experience", experience, experience is None or isinstance(experience, Experience),
                      "must be a kb_tvm.Experience or None")
         self.experience = experience
@@ -59,6 +63,9 @@ class KBTaskScheduler(PyTaskScheduler):
         self.stats: list[allocation.TaskStats] = []
         self.earlier = {t.name: t for t in earlier or []}  # a resumed job's tasks, by name
         self.default_latency = dict(default_latency or {})
+        self.ceilings = dict(ceilings or {})
+        self.ceiling_source = ceiling_source
+        self.held: dict[str, str] = {}  # task -> why it was last held, so each hold is logged once
         check_option("runner", runner, runner is None or hasattr(runner, "latest_futures"),
                      "must be a KBRunner or None")
         self.runner = runner
@@ -74,6 +81,8 @@ class KBTaskScheduler(PyTaskScheduler):
                 latency_default=self.default_latency.get(str(r.ctx.task_name))) for r in scheduler.tasks_]
             if self.experience is not None:
                 self._borrow_curves(scheduler)
+            for task in self.stats:
+                task.ceiling_s = self.ceilings.get(task.name, task.ceiling_s)
             for index, task in enumerate(self.stats):  # finished in an earlier run: not re-spent
                 if task.retired is not None and not task.parked and not scheduler.tasks_[index].is_terminated:
                     scheduler.terminate_task(index)
@@ -88,8 +97,14 @@ class KBTaskScheduler(PyTaskScheduler):
                 return self._finish("budget spent")
             choice = allocation.choose_next(self.stats, seconds_left=self.budget.remaining,
                                             floor_share=self.floor_share, min_gain_left=self.min_gain_left,
-                                            busy=frozenset(self.in_flight))
+                                            busy=frozenset(self.in_flight), seconds_total=self.budget.total)
             allocation.apply_choice(self.stats, choice)
+            for index, why in choice.held.items():
+                name = self.stats[index].name
+                if name not in self.held:
+                    self._emit("hold", task=name, why=why, ceiling=self.ceiling_source,
+                               ceiling_ms=self.stats[index].ceiling_s * 1e3)
+                self.held[name] = why
             for index, why in choice.revived.items():
                 self._emit("revive", task=self.stats[index].name, why=why)
             for index, why in choice.retired.items():
