@@ -44,6 +44,10 @@ def test_the_hot_task_gets_the_seconds_within_one_budget(tmp_path, llvm_target):
         )
     stats = {t.name: t for t in scheduler.stats}
     assert set(stats) == {"matmul", "add", "relu"}
+    # on a CPU each task's ceiling is the host's roofline: the matmul's 33.6 MFLOP at the host's
+    # FLOP/s (0.3 ms at 100 GFLOP/s), at most its 3 x 256 KB at the host's bandwidth
+    assert scheduler.ceiling_source and "numpy matmul" in scheduler.ceiling_source
+    assert 1e-6 < stats["matmul"].ceiling_s < 3e-2 and all(t.ceiling_s > 0 for t in stats.values())
     hot = stats["matmul"]
     assert all(hot.seconds > stats[name].seconds for name in ("add", "relu"))
     assert hot.latency is not None and hot.batches >= 2

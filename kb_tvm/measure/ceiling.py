@@ -120,3 +120,13 @@ def buffer_bytes(func) -> int:
         dtype = tvm_ffi.dtype(str(ty.dtype))
         total += math.prod(int(d) for d in ty.shape) * ((dtype.bits * dtype.lanes + 7) // 8)
     return total
+
+
+def task_ceilings(ceiling: Ceiling | None, modules: dict) -> dict[str, float]:
+    """Each task's ceiling in seconds per call (task name -> its IRModule, "main" its PrimFunc):
+    its estimated FLOPs and its buffers' bytes under `ceiling`; none without one."""
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    if ceiling is None:
+        return {}
+    return {name: ceiling.seconds(estimate_tir_flops(mod), buffer_bytes(mod["main"])) for name, mod in modules.items()}

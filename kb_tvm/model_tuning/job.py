@@ -74,7 +74,7 @@ def tune_model(
     from tvm.s_tir.analysis import estimate_tir_flops
 
     from ..measure.callbacks import CandidateRecorder, ProgressRecorder
-    from ..measure.ceiling import buffer_bytes, host_ceiling
+    from ..measure.ceiling import host_ceiling, task_ceilings
     from ..measure.candidate_log import FILE_NAME, CandidateLog
     from ..measure.database import RecordDatabase
     from ..measure.runner import KBRunner
@@ -108,9 +108,7 @@ def tune_model(
     notify({"event": "untuned", "latency_ms": untuned_latency * 1e3})
     ceiling = host_ceiling(target)  # what this machine allows each task (CPUs; measured once, kept)
     task_flop = {str(t.task_name): estimate_tir_flops(t.dispatched[0]) for t in tasks}
-    ceilings = {} if ceiling is None else {
-        str(t.task_name): ceiling.seconds(task_flop[str(t.task_name)], buffer_bytes(t.dispatched[0]["main"]))
-        for t in tasks}
+    ceilings = task_ceilings(ceiling, {str(t.task_name): t.dispatched[0] for t in tasks})
 
     with tensor_intrinsics(target):  # registered before the clock
         space = model_space(target, precision)

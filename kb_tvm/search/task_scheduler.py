@@ -36,7 +36,8 @@ class KBTaskScheduler(PyTaskScheduler):
     `earlier` takes the stats of an interrupted run of the same job, to resume it.
     `ceilings` (task name -> the least seconds per call the machine allows, `measure.ceiling`):
     a task far below its ceiling is not retired for its pace while a tenth of the budget is
-    left; `ceiling_source` says in the decision log which ceiling that was.
+    left; `ceiling_source` says in the decision log which ceiling that was. Without them, the
+    host's ceiling on CPU targets (`measure.ceiling.host_ceiling`); `use_ceiling=False`: none.
     `runner`: the tune's KBRunner. Where it measures on several devices (an RPC tracker's
     servers), up to that many tasks' batches are in flight at once: while one task's batch is
     timed, the next task's builds and then measures on the devices left free. A task's results
@@ -49,7 +50,8 @@ class KBTaskScheduler(PyTaskScheduler):
                  earlier: list[allocation.TaskStats] | None = None,
                  default_latency: dict[str, float] | None = None,
                  experience: Experience | None = None, runner: KBRunner | None = None,
-                 ceilings: dict[str, float] | None = None, ceiling_source: str | None = None) -> None:
+                 ceilings: dict[str, float] | None = None, ceiling_source: str | None = None,
+                 use_ceiling: bool = True) -> None:
         check_option("experience", experience, experience is None or isinstance(experience, Experience),
                      "must be a kb_tvm.Experience or None")
         self.experience = experience
@@ -63,8 +65,9 @@ class KBTaskScheduler(PyTaskScheduler):
         self.stats: list[allocation.TaskStats] = []
         self.earlier = {t.name: t for t in earlier or []}  # a resumed job's tasks, by name
         self.default_latency = dict(default_latency or {})
-        self.ceilings = dict(ceilings or {})
+        self.ceilings = dict(ceilings) if ceilings is not None else None  # None: the host's, at the start
         self.ceiling_source = ceiling_source
+        self.use_ceiling = use_ceiling
         self.held: dict[str, str] = {}  # task -> why it was last held, so each hold is logged once
         check_option("runner", runner, runner is None or hasattr(runner, "latest_futures"),
                      "must be a KBRunner or None")
@@ -81,8 +84,10 @@ class KBTaskScheduler(PyTaskScheduler):
                 latency_default=self.default_latency.get(str(r.ctx.task_name))) for r in scheduler.tasks_]
             if self.experience is not None:
                 self._borrow_curves(scheduler)
+            if self.use_ceiling and self.ceilings is None:
+                self._host_ceilings(scheduler)
             for task in self.stats:
-                task.ceiling_s = self.ceilings.get(task.name, task.ceiling_s)
+                task.ceiling_s = (self.ceilings or {}).get(task.name) if self.use_ceiling else None
             for index, task in enumerate(self.stats):  # finished in an earlier run: not re-spent
                 if task.retired is not None and not task.parked and not scheduler.tasks_[index].is_terminated:
                     scheduler.terminate_task(index)
@@ -165,6 +170,14 @@ class KBTaskScheduler(PyTaskScheduler):
         shares = allocation.expected_shares(self.stats)
         for task, share in zip(self.stats, shares):
             self.budget.task(task.name).charge(task.seconds, max(share * self.budget.total, task.seconds))
+
+    def _host_ceilings(self, scheduler) -> None:
+        from ..measure.ceiling import host_ceiling, task_ceilings
+
+        targets = {r.ctx.target.kind.name for r in scheduler.tasks_}
+        ceiling = host_ceiling(scheduler.tasks_[0].ctx.target) if targets == {"llvm"} else None
+        self.ceilings = task_ceilings(ceiling, {str(r.ctx.task_name): r.ctx.mod for r in scheduler.tasks_})
+        self.ceiling_source = ceiling and ceiling.describe()
 
     def _borrow_curves(self, scheduler) -> None:
         for record, task in zip(scheduler.tasks_, self.stats):
