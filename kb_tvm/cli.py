@@ -85,6 +85,10 @@ def _show_model_event(record: dict) -> None:
     elif event == "space_refused":
         click.echo(f"          {record['task']} keeps its default schedule: TVM cannot make its design space "
                    f"({record['why']})")
+    elif event == "wrong_schedules":
+        for task, why in record["tasks"].items():
+            click.secho(f"          {task}: its tuned schedule computes something else ({why}): dropped, it keeps "
+                        f"its default schedule", fg="yellow", err=True)
     elif event == "kernel_skip":
         click.echo(f"{record['family']}: {record['task']} skipped: {record['why']}")
 

@@ -74,7 +74,7 @@ def search_task(family: KernelFamily, problem, func, name: str, target, device, 
     for row in earlier:
         if row["task"] == name and row.get("family") == family.name:
             search.tell(family.from_record(row), row["seconds"])
-    inputs = [_inputs(list(func.params), seed) for seed in (0, 1)]
+    inputs = [task_inputs(list(func.params), seed) for seed in (0, 1)]
     references = [reference(arrays) for arrays in inputs]
     with (Path(work_dir) / FILE_NAME).open("a") as log:
         while not until() and (params := search.ask()) is not None:
@@ -89,7 +89,7 @@ def search_task(family: KernelFamily, problem, func, name: str, target, device, 
     return KernelChoice(task=name, family=family, problem=problem, params=params, seconds=seconds, target=target)
 
 
-def _inputs(params: list, seed: int) -> list[np.ndarray]:
+def task_inputs(params: list, seed: int) -> list[np.ndarray]:
     """Activation-like arrays for the task's parameters (`params`: its buffers) in its own shapes,
     the output last (zeros)."""
     from ..measure.timer import activation_like
@@ -135,7 +135,7 @@ def _measure(family: KernelFamily, problem, params, target, device, inputs, refe
         for (library, symbol), args in zip(steps, calls):
             library[symbol](*args)
         got = calls[-1][-1].numpy().astype(np.float32).reshape(expected.shape)
-        wrong = _mismatch(expected, got, family.tolerance)
+        wrong = kernel_mismatch(expected, got, family.tolerance)
         if wrong:
             row.update(run_s=time.perf_counter() - started, error=f"wrong result: {wrong}")
             return row
@@ -179,7 +179,7 @@ def _arguments(kernel, arrays, device) -> list[list]:
     return [[*first, partials], then]
 
 
-def _mismatch(expected: np.ndarray, got: np.ndarray, tolerance: float = 0.02) -> str | None:
+def kernel_mismatch(expected: np.ndarray, got: np.ndarray, tolerance: float = 0.02) -> str | None:
     """Half-precision outputs of two fp32-accumulating kernels agree to about 1% of the output's
     scale (the default `tolerance`, a family's); a wrong kernel is off by far more."""
     scale = float(np.abs(expected).max()) or 1.0

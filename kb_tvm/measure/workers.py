@@ -41,21 +41,26 @@ def cuda_compiler() -> tuple[str, str]:
     return "nvrtc", "cuda-bindings is installed"
 
 
-def build(mod, target, out_dir: str) -> tuple[str, float, int]:
-    """Build a scheduled module as MetaSchedule's default builder does, then link it into a
-    shared library here, so the measuring process only loads it. (path, seconds, pid)."""
+def compile_candidate(mod, target):
+    """A scheduled module built as MetaSchedule's default builder builds it, in this process."""
     import tvm
     from tvm.driver import build as tvm_build
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
     from .targets import build_config
 
-    started = time.perf_counter()
     if target.kind.name == "cuda":
         cuda_compiler()
     mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
     with tvm.transform.PassContext(config=build_config(target, mod)):
-        library = tvm_build(mod, target=target)
+        return tvm_build(mod, target=target)
+
+
+def build(mod, target, out_dir: str) -> tuple[str, float, int]:
+    """Build a scheduled module as MetaSchedule's default builder does, then link it into a
+    shared library here, so the measuring process only loads it. (path, seconds, pid)."""
+    started = time.perf_counter()
+    library = compile_candidate(mod, target)
     # a folder each: MetaSchedule's RemoveBuildArtifact callback deletes the artifact's folder
     path = os.path.join(tempfile.mkdtemp(dir=out_dir), "candidate.so")
     library.export_library(path)

@@ -17,6 +17,7 @@ from .onnx_input import example_inputs, onnxruntime_outputs
 from .numerics import NumericsMismatch, check_untuned
 from .precision import TOLERANCES, check_precision, compare_sets, math_for, model_space
 from .profiling import profile_kernels, run_and_time
+from .record_check import without, wrong_records
 from .record_choice import better_than_default
 from .relax_build import build, relax_module
 from .report import (
@@ -74,6 +75,7 @@ def tune_model(
     from tvm.s_tir.analysis import estimate_tir_flops
 
     from ..measure.callbacks import CandidateRecorder, ProgressRecorder
+    from ..kernels.task_search import local_device, task_output
     from ..measure.ceiling import host_ceiling, task_ceilings
     from ..measure.candidate_log import FILE_NAME, CandidateLog
     from ..measure.database import RecordDatabase
@@ -178,14 +180,29 @@ def tune_model(
     else:
         references, reference_name = [outputs for outputs, _ in by_onnxruntime], by_onnxruntime[0][1]
     tolerance = TOLERANCES[precision]
-    tried, best = [], None  # with the families' kernels: each set worth trying, built and timed end to end
-    for option in model_stage.options(found, used_latency):
-        candidate = build(mod, target, chosen, cuda_graph=cuda_graph, kernels=[c.kernel() for c in option])
-        outputs, latency = run_and_time(candidate, target, input_sets)
-        wrong = compare_sets(references, outputs, tolerance)[0] if option else None  # none: reported below
-        tried.append({"tasks": [c.task for c in option], "latency_ms": latency * 1e3, "mismatch": wrong})
-        if wrong is None and (best is None or latency < best[0]):
-            best = (latency, outputs, candidate, option)
+
+    def best_build(chosen):  # with the families' kernels: each set worth trying, built and timed end to end
+        tried, best = [], None
+        for option in model_stage.options(found, used_latency):
+            candidate = build(mod, target, chosen, cuda_graph=cuda_graph, kernels=[c.kernel() for c in option])
+            outputs, latency = run_and_time(candidate, target, input_sets)
+            wrong = compare_sets(references, outputs, tolerance)[0] if option else None  # none: reported below
+            tried.append({"tasks": [c.task for c in option], "latency_ms": latency * 1e3, "mismatch": wrong})
+            if wrong is None and (best is None or latency < best[0]):
+                best = (latency, outputs, candidate, option)
+        return tried, best
+
+    tried, best = best_build(chosen)
+    wrong_schedules = {}  # task -> how its tuned kernel disagreed with its untuned one: dropped
+    if compare_sets(references, best[1], tolerance)[0] is not None:
+        library, device = untuned.mod.imports[0], local_device(target)
+        wrong_schedules = wrong_records(chosen, tasks, target, device,
+                                        lambda task, arrays: task_output(library, task, arrays, device))
+        if wrong_schedules:
+            notify({"event": "wrong_schedules", "tasks": wrong_schedules})
+            chosen = without(chosen, tasks, target, wrong_schedules)
+            used_latency.update({task: default_latency[task] for task in wrong_schedules})
+            tried, best = best_build(chosen)
     tuned_latency, tuned_outputs, executable, used_kernels = best
     kernels = [c.kernel() for c in used_kernels]
     used_latency.update({c.task: c.seconds for c in used_kernels})
@@ -225,6 +242,7 @@ def tune_model(
         "family_builds": tried if len(tried) > 1 else [],
         "tasks_without_design_space": refused,  # kept their default schedules: TVM's rules fail on them
         "tasks_on_fallback_space": why_rescued,  # searched after their elementwise producers were inlined
+        "wrong_schedules_dropped": wrong_schedules,  # their tuned kernels computed something else
         "plot": str(work_dir / "latency.png"),
         "curve": [{"seconds": round(s, 2), "estimated_ms": round(ms_ * 1e3, 5)} for s, ms_ in curve],
         "ceiling": ceiling and ceiling.describe(),  # what `of_ceiling` in the task rows is a fraction of

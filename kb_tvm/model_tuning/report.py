@@ -118,7 +118,9 @@ def _space_lines(report: dict) -> list[str]:
     fallback, refused = report.get("tasks_on_fallback_space") or {}, report.get("tasks_without_design_space") or {}
     return ([f"- searched with elementwise producers inlined (TVM's rules fail on them as they are): "
              f"{', '.join(fallback)}"] if fallback else []) + \
-        ([f"- default schedule (no design space: TVM's rules fail on them): {', '.join(refused)}"] if refused else [])
+        ([f"- default schedule (no design space: TVM's rules fail on them): {', '.join(refused)}"] if refused else []) + \
+        [f"- default schedule (its tuned schedule computed something else, {why}): {task}"
+         for task, why in (report.get("wrong_schedules_dropped") or {}).items()]
 
 
 def report_markdown(report: dict) -> str:
