@@ -6,7 +6,8 @@ VM's speed drifts by 15% over minutes, so timings taken apart do not compare):
 
 Each round times 50 calls of each contender in turn, each called from Python as a user would; the
 medians over 20 rounds are printed as JSON. With no LABEL=LIBRARY, onnxruntime alone. Models with
-dynamic axes take --input-shape as kb-tvm tune does.
+dynamic axes take --input-shape as kb-tvm tune does. The libraries run on the host's physical
+cores, as kb-tvm tune timed them (TVM alone would take half of an x86 machine's CPUs).
 """
 
 import json
@@ -28,8 +29,10 @@ def main(model, libraries, input_shapes, rounds, calls) -> None:
     import tvm
     from tvm import relax
 
+    from kb_tvm.measure.targets import make_target, use_target_cores
     from kb_tvm.model_tuning import example_inputs, load_onnx, parse_input_shape
 
+    threads = use_target_cores(make_target("llvm"))
     named = dict(arg.split("=", 1) for arg in libraries)
     inputs = example_inputs(load_onnx(model, dict(parse_input_shape(text) for text in input_shapes)))
     session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
@@ -49,8 +52,8 @@ def main(model, libraries, input_shapes, rounds, calls) -> None:
             for _ in range(calls):
                 call()
             times[label].append((time.perf_counter() - started) / calls * 1e3)
-    click.echo(json.dumps({label: {"median_ms": round(float(np.median(t)), 4), "min_ms": round(min(t), 4)}
-                           for label, t in times.items()}, indent=1))
+    click.echo(json.dumps({**{label: {"median_ms": round(float(np.median(t)), 4), "min_ms": round(min(t), 4)}
+                              for label, t in times.items()}, "tvm_threads": threads}, indent=1))
 
 
 if __name__ == "__main__":

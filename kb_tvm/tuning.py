@@ -16,7 +16,7 @@ from pathlib import Path
 from .budget import TuningBudget
 from .logger_guard import guard_metaschedule_logger
 from .measure.records import record_latency
-from .measure.targets import available_cpus, physical_cores, tensor_intrinsics
+from .measure.targets import available_cpus, physical_cores, tensor_intrinsics, use_target_cores
 from .measure.timing import REPORT_FIELDS
 
 # "random": MetaSchedule's replay-trace, uniform samples of the design spaces (the replay
@@ -118,6 +118,7 @@ def measurement_pipeline(target, pipeline: str = "kb", builder=None, runner=None
     if pipeline not in PIPELINES:
         raise ValueError(f"unknown pipeline {pipeline!r}: use one of {', '.join(PIPELINES)}")
     made = []
+    use_target_cores(target)  # the measuring workers start with the target's threads
     streams = pipeline == "kb" and target.kind.name == "cuda" and runner is None
     if runner is None:
         runner = default_runner(target, pipeline)
@@ -175,6 +176,7 @@ def tune_operator(
     from .measure.callbacks import CandidateRecorder, ProgressRecorder
     from .measure.database import RecordDatabase
 
+    use_target_cores(target)  # before any kernel runs here or in the workers started below
     tuning_budget = TuningBudget(budget)
     work_dir = Path(work_dir)
     stop_reasons: list[str] = []

@@ -78,3 +78,21 @@ with tensor_intrinsics(make_target("llvm")):  # the package is complete now: not
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["True", "False", "True", "True"]
+
+
+@pytest.mark.parametrize("user_threads, expected", [(None, 2), ("1", 1)])
+def test_an_llvm_target_runs_on_its_cores_unless_the_user_said_otherwise(user_threads, expected):
+    # TVM's own default is half the CPUs of an x86 machine: one thread on this 2-vCPU VM, where
+    # the target has two cores
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"}
+    if user_threads is not None:
+        env["TVM_NUM_THREADS"] = user_threads
+    code = ("import tvm; from kb_tvm.measure.targets import make_target, use_target_cores; "
+            "print(use_target_cores(make_target({'kind': 'llvm', 'num-cores': 2})), "
+            "use_target_cores(tvm.target.Target({'kind': 'cuda', 'arch': 'sm_90'})))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [str(expected), "None"]

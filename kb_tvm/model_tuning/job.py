@@ -12,7 +12,7 @@ from ..allocation import TaskStats
 from ..budget import TuningBudget
 from ..kernels import model_stage
 from ..logger_guard import guard_metaschedule_logger
-from ..measure.targets import tensor_intrinsics
+from ..measure.targets import tensor_intrinsics, use_target_cores
 from .onnx_input import example_inputs, onnxruntime_outputs
 from .numerics import NumericsMismatch, check_untuned
 from .precision import TOLERANCES, check_precision, compare_sets, math_for, model_space
@@ -87,6 +87,7 @@ def tune_model(
     if pipeline not in PIPELINES:  # before the untuned build and the profile, not after them
         raise ValueError(f"unknown pipeline {pipeline!r}: use one of {', '.join(PIPELINES)}")
     work_dir = Path(work_dir)
+    threads = use_target_cores(target)  # before the untuned build runs: every timing on the same threads
     check_precision(precision)
     math = math_for(target, exact=exact_math)
     earlier = read_state(work_dir, name=name, resume=resume, strategy=strategy, precision=precision, math=math)
@@ -245,6 +246,7 @@ def tune_model(
         "wrong_schedules_dropped": wrong_schedules,  # their tuned kernels computed something else
         "plot": str(work_dir / "latency.png"),
         "curve": [{"seconds": round(s, 2), "estimated_ms": round(ms_ * 1e3, 5)} for s, ms_ in curve],
+        "cpu_threads": threads,  # TVM's CPU threads for every timing here (run the library with as many)
         "ceiling": ceiling and ceiling.describe(),  # what `of_ceiling` in the task rows is a fraction of
         "tasks": [_task_row(n, weights[n], default_latency[n], used_latency[n], total, total_after,
                              by_name.get(n), on_devices["per_task"].get(n),

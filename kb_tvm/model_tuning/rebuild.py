@@ -38,7 +38,7 @@ def main(model, precision, input_shapes, exact_math, target, logs, families_budg
     from tvm.s_tir import meta_schedule as ms
 
     from ..budget import TuningBudget
-    from ..measure.targets import make_target
+    from ..measure.targets import make_target, use_target_cores
     from ..kernels import FAMILIES, applicable, model_stage
     from . import (
         TOLERANCES,
@@ -60,6 +60,7 @@ def main(model, precision, input_shapes, exact_math, target, logs, families_budg
     from .replay import records_from_candidates
 
     tvm_target = make_target(target)
+    use_target_cores(tvm_target)  # timed on the threads the tune timed on
     if families_budget is not None and not applicable(tvm_target, precision):
         raise click.UsageError("--families: no kernel family serves this target and precision ("
                                + "; ".join(f"{f.name}: {f.applies(tvm_target, precision)}" for f in FAMILIES) + ")")

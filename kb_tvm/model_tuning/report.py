@@ -144,6 +144,9 @@ def report_markdown(report: dict) -> str:
         *_untuned_line(report["numerics"]),
         f"- library: `{report['library']}`",
         *_device_lines(report.get("device_seconds")),
+        *([f"- CPU threads: {report['cpu_threads']} (every timing here; run the library with "
+           f"TVM_NUM_THREADS={report['cpu_threads']}: TVM alone takes half of an x86 machine's CPUs)"]
+          if report.get("cpu_threads") else []),
         *_space_lines(report),
         "",
         "![end-to-end latency against seconds spent](latency.png)",

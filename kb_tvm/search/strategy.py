@@ -83,8 +83,10 @@ class KBSearch(PySearchStrategy):
         templates = load_templates(target_kind, self.templates_dir)
         log_dir = self.log_dir
         if log_dir is None:
+            # a database whose TVM object is gone (an earlier tune's, not yet collected) is no candidate
             path = getattr(database, "path_workload", None) or next(
-                (d.path_workload for d in list(RECORD_DATABASES) if d._outer().same_as(database)), None)
+                (d.path_workload for d in list(RECORD_DATABASES)
+                 if (outer := d._outer()) is not None and outer.same_as(database)), None)
             log_dir = os.path.join(os.path.dirname(path) if path else os.getcwd(), "kb_logs")
         task_name = self.context.task_name or "task"
         listener = None
