@@ -74,10 +74,10 @@ def tune_model(
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.analysis import estimate_tir_flops
 
-    from ..measure.callbacks import CandidateRecorder, ProgressRecorder
     from ..kernels.task_search import local_device, task_output
-    from ..measure.ceiling import host_ceiling, task_ceilings
+    from ..measure.callbacks import CandidateRecorder, ProgressRecorder
     from ..measure.candidate_log import FILE_NAME, CandidateLog
+    from ..measure.ceiling import host_ceiling, task_ceilings
     from ..measure.database import RecordDatabase
     from ..measure.runner import KBRunner
     from ..search.task_scheduler import KBTaskScheduler
