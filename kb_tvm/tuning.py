@@ -176,7 +176,6 @@ def tune_operator(
     from .measure.callbacks import CandidateRecorder, ProgressRecorder
     from .measure.database import RecordDatabase
 
-    use_target_cores(target)  # before any kernel runs here or in the workers started below
     tuning_budget = TuningBudget(budget)
     work_dir = Path(work_dir)
     stop_reasons: list[str] = []
@@ -189,6 +188,7 @@ def tune_operator(
 
     search, cost_model = make_search(strategy, tuning_budget, seed=seed, repeatable=repeatable, on_event=event,
                                      experience=experience, log_dir=str(work_dir / "kb_logs"))  # refuses a bad one
+    use_target_cores(target)  # before any kernel runs here or in the workers started below
     work_dir.mkdir(parents=True, exist_ok=True)
     is_cuda = target.kind.name == "cuda"
     cores = physical_cores()
