@@ -83,10 +83,11 @@ def time_in_turns(libraries: dict[str, Path], model, input_shapes, target: str |
     import tvm
     from tvm import relax
 
-    from kb_tvm.measure.targets import make_target
+    from kb_tvm.measure.targets import make_target, use_target_cores
     from kb_tvm.model_tuning import example_inputs, load_onnx, parse_input_shape
 
     tvm_target = make_target(target)
+    use_target_cores(tvm_target)  # on CPUs, the threads both runs were timed on
     device = tvm.cuda(0) if tvm_target.kind.name == "cuda" else tvm.cpu(0)
     inputs = example_inputs(load_onnx(model, dict(parse_input_shape(text) for text in input_shapes)))
     machines = {}
