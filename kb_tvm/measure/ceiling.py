@@ -38,10 +38,10 @@ class Ceiling:
 
 
 def default_path() -> Path:
-    """$XDG_CACHE_HOME/kb_tvm/ceilings.json, else ~/.cache/kb_tvm/ceilings.json."""
-    cache = os.environ.get("XDG_CACHE_HOME", "")
-    base = Path(cache) if cache and os.path.isabs(cache) else Path.home() / ".cache"
-    return base / "kb_tvm" / "ceilings.json"
+    """ceilings.json beside the experience library: $XDG_CACHE_HOME/kb_tvm, else ~/.cache/kb_tvm."""
+    from ..experience.library import default_path as experience_path
+
+    return experience_path().parent / "ceilings.json"
 
 
 def machine_key(target) -> str:

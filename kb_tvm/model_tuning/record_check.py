@@ -13,6 +13,7 @@ import numpy as np
 
 from ..kernels.task_search import kernel_mismatch, task_inputs, task_output
 from ..measure.workers import compile_candidate
+from .record_choice import copy_record
 
 
 def wrong_records(chosen, tasks, target, device, reference: Callable[[str, list], np.ndarray]) -> dict[str, str]:
@@ -47,9 +48,6 @@ def without(chosen, tasks, target, names) -> object:
     for task in tasks:
         name, mod = str(task.task_name), task.dispatched[0]
         record = chosen.query_tuning_record(mod, target, name)
-        if record is None or name in names:
-            continue
-        workload = kept.commit_workload(mod)
-        kept.commit_tuning_record(ms.database.TuningRecord(record.trace, workload, record.run_secs, record.target,
-                                                          record.args_info))
+        if record is not None and name not in names:
+            copy_record(kept, mod, record)
     return kept

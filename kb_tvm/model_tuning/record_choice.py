@@ -19,10 +19,17 @@ def better_than_default(database, tasks, target, default_latency: dict[str, floa
         if latency is None or latency >= default_latency[name]:
             continue
         used[name] = latency
-        workload = chosen.commit_workload(task.dispatched[0])
-        chosen.commit_tuning_record(ms.database.TuningRecord(
-            record.trace, workload, record.run_secs, record.target, record.args_info))
+        copy_record(chosen, task.dispatched[0], record)
     return chosen, used
+
+
+def copy_record(database, mod, record) -> None:
+    """`record` (of another database) committed to `database` as a record of `mod`."""
+    from tvm.s_tir import meta_schedule as ms
+
+    workload = database.commit_workload(mod)
+    database.commit_tuning_record(ms.database.TuningRecord(record.trace, workload, record.run_secs, record.target,
+                                                           record.args_info))
 
 
 def _record_seconds(record) -> float | None:

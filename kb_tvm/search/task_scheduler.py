@@ -68,7 +68,7 @@ class KBTaskScheduler(PyTaskScheduler):
         self.ceilings = dict(ceilings) if ceilings is not None else None  # None: the host's, at the start
         self.ceiling_source = ceiling_source
         self.use_ceiling = use_ceiling
-        self.held: dict[str, str] = {}  # task -> why it was last held, so each hold is logged once
+        self.held: set[str] = set()  # tasks held once already: each hold is logged once
         check_option("runner", runner, runner is None or hasattr(runner, "latest_futures"),
                      "must be a KBRunner or None")
         self.runner = runner
@@ -109,7 +109,7 @@ class KBTaskScheduler(PyTaskScheduler):
                 if name not in self.held:
                     self._emit("hold", task=name, why=why, ceiling=self.ceiling_source,
                                ceiling_ms=self.stats[index].ceiling_s * 1e3)
-                self.held[name] = why
+                self.held.add(name)
             for index, why in choice.revived.items():
                 self._emit("revive", task=self.stats[index].name, why=why)
             for index, why in choice.retired.items():
