@@ -209,16 +209,15 @@ def tune_operator(
         database = RecordDatabase(work_dir=work_dir)
         tuning_budget.start()  # the rest of the job counts, MetaSchedule's own set-up included
         started = time.monotonic()
+        template = None
+        if strategy in KB_STRATEGIES:  # before the pipeline's workers start: they would share the cores it times on
+            template = template_region(workload, target, tuning_budget, work_dir, runner=runner,
+                                       on_measured=lambda family, ms: recorder.add(family, [ms]), on_event=event)
+            if template is not None:
+                search.outside_best = {_task_name(workload): template.seconds}
+                search.outside_names = {_task_name(workload): template.family.name}
         with measurement_pipeline(target, pipeline, builder, runner) as (builder, runner), \
                 guard_metaschedule_logger():
-            template = None
-            if strategy in KB_STRATEGIES:
-                template = template_region(workload, target, tuning_budget, work_dir, runner=runner,
-                                           on_measured=lambda family, ms: recorder.add(family, [ms]),
-                                           on_event=event)
-                if template is not None:
-                    search.outside_best = {_task_name(workload): template.seconds}
-                    search.outside_names = {_task_name(workload): template.family.name}
             kept = CandidateRecorder(work_dir=work_dir, strategy=strategy,
                                      clock=lambda: tuning_budget.spent, builder=builder, runner=runner)
             ms.tune_tir(

@@ -11,7 +11,7 @@ row), the pipeline depth, the consumer warpgroups that split BM and the tile ord
 rows at a time, for L2), split-K (k_splits) and persistent blocks (`persistent`: one block per SM
 walks the output tiles in turn). `GemmTile(...)` refuses a set that cannot build or run and says why.
 The epilogue is a parameter: what is stored from each fp32 accumulator (a cast by default; a
-task's bias, residual and GELU when kb_tvm/kernels/hopper_gemm/match.py reads them off its TIR). A batch
+task's bias, residual and GELU when kb_tvm/kernels/fused_gemm.py reads them off its TIR). A batch
 of GEMMs (`gemm(batch=)`: attention's heads) is one launch over all of their tiles. With two
 consumers, `setmaxnreg` moves registers from the producer to them (CUTLASS's 40 / 232), and
 `pingpong` has them take whole tiles in turns (CUTLASS's ping-pong kernel, beside the cooperative
@@ -236,7 +236,7 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
     """The PrimFunc main(A[m, k], B[n, k] or B[k, n], C[m, n]) for one variant. epilogue(acc, row,
     col): the value stored at C[row, col] from its fp32 accumulator (default: acc cast to
     out_dtype); it may read buffers that are not parameters of main, which the caller then adds
-    (kb_tvm/kernels/hopper_gemm/match.py's FusedGemm.kernel does, for a task's bias or residual).
+    (kb_tvm/kernels/fused_gemm.py's FusedGemm.kernel does, for a task's bias or residual).
     `sms`: the GPU's SMs, the blocks a persistent variant launches per block an SM holds.
     `batch` > 1: `batch` GEMMs with their matrices one after the other, A[batch * m, k] and
     C[batch * m, n] (the epilogue's row counts across them), and B as [batch * n, k] or

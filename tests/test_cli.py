@@ -58,12 +58,18 @@ def test_tune_op_end_to_end_shows_progress_and_a_result(tmp_path):
     # the search's phases are shown as they happen, coarse first
     phases = [line.split(":")[0] for line in lines if line.startswith(("coarse:", "fine:", "refine:"))]
     assert phases[:2] == ["coarse", "fine"]
-    assert "GFLOP/s, re-timed" in run.stdout and "trials" in run.stdout.splitlines()[-2]
+    best_line = next(line for line in lines if line.startswith("best "))
+    assert "GFLOP/s, re-timed" in best_line and "trials" in best_line
+    # the CPU GEMM family's variants were a region of the search, measured before MetaSchedule's
+    assert any(line.startswith("cpu_gemm region: best variant rows=") for line in lines)
     result = json.loads(out.read_text())
+    assert result["template"]["family"] == "cpu_gemm" and result["template"]["ms"] > 0
     assert result["strategy"] == "kb" and result["final_ms"] > 0 and result["trials"] > 0
     assert result["gflops"] == pytest.approx(2 * 128**3 / (result["final_ms"] * 1e-3) / 1e9)
     assert list((work_dir / "kb_logs").glob("*.jsonl"))
     from tvm.s_tir.meta_schedule.database import JSONDatabase
+
+    from kb_tvm.kernels.task_search import read_rows
 
     # stock MetaSchedule reads the records: one per schedule, a value per measurement of it
     records = JSONDatabase(work_dir=str(work_dir)).get_all_tuning_records()
@@ -72,7 +78,8 @@ def test_tune_op_end_to_end_shows_progress_and_a_result(tmp_path):
     remeasured = [c for e in read_log(log_path) if e["event"] == "batch" for c in e["candidates"]
                   if c["origin"] == "remeasure"]
     assert remeasured, "the best candidates were never measured again"
-    assert len(records) == result["trials"] - len(remeasured)
+    variants = read_rows(work_dir)  # the family's, counted as trials too
+    assert variants and len(records) == result["trials"] - len(remeasured) - len(variants)
     assert any(len(r.run_secs) > 1 for r in records)
     # what is reported is the median of the deployed record's measurements
     medians = [statistics.median(float(s) for s in r.run_secs) * 1e3 for r in records if float(r.run_secs[0]) < 1e9]

@@ -13,13 +13,14 @@ from hopper_helpers import bert_fp16_tasks
 
 def _twins(tasks, *, double_product_of: str | None = None, k_splits: int = 1):
     from kb_tvm.kernels.extern import ExternKernel
-    from kb_tvm.kernels.hopper_gemm.match import NotAHopperGemm, match_fused_gemm
+    from kb_tvm.kernels.fused_gemm import NotAGemm
+    from kb_tvm.kernels.hopper_gemm.family import match_hopper_gemm
 
     kernels = []
     for name, task in sorted(tasks.items()):
         try:
-            fused = match_fused_gemm(task.dispatched[0])
-        except NotAHopperGemm:
+            fused = match_hopper_gemm(task.dispatched[0])
+        except NotAGemm:
             continue
         symbol = f"kb_twin_{name}"
         if k_splits > 1:  # partial sums over K, then their sum with the task's epilogue
@@ -39,7 +40,7 @@ def _twins(tasks, *, double_product_of: str | None = None, k_splits: int = 1):
 
 
 def _plain(problem, epilogue):
-    from kb_tvm.kernels.hopper_gemm.match import _plain_gemm
+    from kb_tvm.kernels.fused_gemm import _plain_gemm
 
     return _plain_gemm(problem, epilogue)
 

@@ -136,10 +136,10 @@ def test_a_fused_tasks_kernel_computes_its_epilogue_and_takes_its_parameters_in_
     import tvm
     from kb_tvm.schedules.hopper_gemm import sm90a_target
 
-    from kb_tvm.kernels.hopper_gemm.match import match_fused_gemm
+    from kb_tvm.kernels.hopper_gemm.family import match_hopper_gemm
 
     _, tasks, _ = bert_fp16_tasks()
-    fused = match_fused_gemm(tasks["fused_matmul3_cast6_add4_divide_erf_add5_multiply2_multiply3"].dispatched[0])
+    fused = match_hopper_gemm(tasks["fused_matmul3_cast6_add4_divide_erf_add5_multiply2_multiply3"].dispatched[0])
     kernel = fused.kernel(GemmTile(bm=64, bn=64, stages=3, b_layout="kn"), "kb_ffn_up")
     assert fused.kernel_shapes() == [(128, 64), (64, 256), (256,), (1,), (1,), (1,), (128, 256)]
     assert [tuple(int(d) for d in p.ty.shape) for p in kernel.params] == fused.kernel_shapes()
@@ -155,10 +155,10 @@ def test_a_fused_tasks_kernel_computes_its_epilogue_and_takes_its_parameters_in_
 
 
 def test_a_tile_for_another_layout_or_dtype_is_refused_for_the_task():
-    from kb_tvm.kernels.hopper_gemm.match import match_fused_gemm
+    from kb_tvm.kernels.hopper_gemm.family import match_hopper_gemm
 
     _, tasks, _ = bert_fp16_tasks()
-    fused = match_fused_gemm(tasks["fused_matmul_cast1_add2"].dispatched[0])
+    fused = match_hopper_gemm(tasks["fused_matmul_cast1_add2"].dispatched[0])
     with pytest.raises(ValueError, match=re.escape("this task's B is kn float16")):
         fused.kernel(GemmTile(bm=64, bn=64, stages=3, b_layout="nk"), "kb_x")
 

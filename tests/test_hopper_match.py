@@ -9,18 +9,14 @@ import pytest
 from hopper_helpers import bert_fp16_tasks
 from kb_tvm.workloads import get_workload
 
-from kb_tvm.kernels.hopper_gemm.match import (
-    GemmProblem,
-    NotAHopperGemm,
-    match_fused_gemm,
-    match_gemm,
-)
+from kb_tvm.kernels.fused_gemm import GemmProblem, NotAGemm
+from kb_tvm.kernels.hopper_gemm.family import match_hopper_gemm
 
 
 def test_the_fp16_and_bf16_gemms_are_read_with_b_as_k_by_n_and_fp32_out():
-    assert match_gemm(get_workload("gemm-4096-fp16").module()) == GemmProblem(
+    assert match_hopper_gemm(get_workload("gemm-4096-fp16").module()).problem == GemmProblem(
         m=4096, n=4096, k=4096, dtype="float16", out_dtype="float32", b_layout="kn")
-    assert match_gemm(get_workload("gemm-4096-bf16").module()).dtype == "bfloat16"
+    assert match_hopper_gemm(get_workload("gemm-4096-bf16").module()).problem.dtype == "bfloat16"
 
 
 def test_batched_matmuls_are_read_as_a_batch_of_gemms_with_a_b_each_or_one_b_for_all():
@@ -28,7 +24,7 @@ def test_batched_matmuls_are_read_as_a_batch_of_gemms_with_a_b_each_or_one_b_for
     from tvm import te
 
     # attention's scores: 12 heads, A[12, 128, 64] x B[12, 64, 128]
-    batched = match_gemm(get_workload("batch_matmul-12x128x128x64-fp16").module())
+    batched = match_hopper_gemm(get_workload("batch_matmul-12x128x128x64-fp16").module()).problem
     assert batched == GemmProblem(m=128, n=128, k=64, dtype="float16", out_dtype="float32", b_layout="kn",
                                   batch=12, b_batched=True)
     # the template's 2-D views: the heads' matrices one after the other
@@ -38,14 +34,14 @@ def test_batched_matmuls_are_read_as_a_batch_of_gemms_with_a_b_each_or_one_b_for
     r = te.reduce_axis((0, 64), name="k")
     c = te.compute((2, 3, 100, 256), lambda x, y, i, j: te.sum(
         a[x, y, i, r].astype("float32") * w[j, r].astype("float32"), axis=r), name="C")
-    shared = match_gemm(tvm.IRModule({"main": te.create_prim_func([a, w, c])}))
+    shared = match_hopper_gemm(tvm.IRModule({"main": te.create_prim_func([a, w, c])})).problem
     assert (shared.batch, shared.b_batched, shared.b_layout) == (6, False, "nk")
     assert shared.gemm_shapes == ((600, 64), (256, 64), (600, 256))
     b = te.placeholder((3, 256, 64), "float16", name="B")  # batched over the wrong axis
     d = te.compute((2, 3, 100, 256), lambda x, y, i, j: te.sum(
         a[x, y, i, r].astype("float32") * b[y, j, r].astype("float32"), axis=r), name="D")
-    with pytest.raises(NotAHopperGemm, match=re.escape("B indexed as B[")):
-        match_gemm(tvm.IRModule({"main": te.create_prim_func([a, b, d])}))
+    with pytest.raises(NotAGemm, match=re.escape("B indexed as B[")):
+        match_hopper_gemm(tvm.IRModule({"main": te.create_prim_func([a, b, d])})).problem
 
 
 def test_b_stored_as_n_by_k_is_read_as_such():
@@ -57,12 +53,12 @@ def test_b_stored_as_n_by_k_is_read_as_such():
     r = te.reduce_axis((0, 128), name="k")
     c = te.compute((256, 512), lambda i, j: te.sum(a[i, r].astype("float32") * b[j, r].astype("float32"), axis=r),
                    name="C")
-    problem = match_gemm(tvm.IRModule({"main": te.create_prim_func([a, b, c])}))
+    problem = match_hopper_gemm(tvm.IRModule({"main": te.create_prim_func([a, b, c])})).problem
     assert (problem.m, problem.n, problem.k, problem.b_layout) == (256, 512, 128, "nk")
 
 
 def test_any_linear_shape_is_a_workload_read_as_x_times_w_transposed_with_fp16_out():
-    problem = match_gemm(get_workload("linear-128x3072x768-fp16").module())
+    problem = match_hopper_gemm(get_workload("linear-128x3072x768-fp16").module()).problem
     assert problem == GemmProblem(m=128, n=3072, k=768, dtype="float16", out_dtype="float16", b_layout="nk")
     for bad in ("linear-0x768x768-fp16", "linear-128x768-fp16", "linear-128x768x768-fp32"):
         with pytest.raises(ValueError, match=re.escape(f"unknown workload {bad!r}")):
@@ -70,13 +66,13 @@ def test_any_linear_shape_is_a_workload_read_as_x_times_w_transposed_with_fp16_o
 
 
 @pytest.mark.parametrize(("workload", "why"), [
-    ("gemm-2048", "inputs float32 and float32: the template takes float16 or bfloat16"),
-    ("gemm-gelu-256", "inputs float32 and float32: the template takes float16 or bfloat16"),
+    ("gemm-2048", "inputs float32 and float32: the family takes float16 or bfloat16"),
+    ("gemm-gelu-256", "inputs float32 and float32: the family takes float16 or bfloat16"),
     ("softmax-128x768", "2 reduction blocks of 4, not one GEMM"),
 ])
 def test_what_it_cannot_compute_is_refused_with_the_reason(workload, why):
-    with pytest.raises(NotAHopperGemm, match=re.escape(why)):
-        match_gemm(get_workload(workload).module())
+    with pytest.raises(NotAGemm, match=re.escape(why)):
+        match_hopper_gemm(get_workload(workload).module()).problem
 
 
 @pytest.mark.parametrize(("args", "why"), [
@@ -111,8 +107,8 @@ def test_a_bert_layers_linear_tasks_are_read_with_their_fused_epilogues():
     read = {}
     for name, task in tasks.items():
         try:
-            fused = match_fused_gemm(task.dispatched[0])
-        except NotAHopperGemm:
+            fused = match_hopper_gemm(task.dispatched[0])
+        except NotAGemm:
             continue
         if fused.problem.batch == 1:  # the Linear layers; attention's batched matmuls below
             read[name] = (fused.problem, _names(fused.extras), len(fused.epilogue))
@@ -132,7 +128,7 @@ def test_a_bert_layers_linear_tasks_are_read_with_their_fused_epilogues():
             ["param_1", "param_2", "param_3", "param_4"], 9),
     }
     # attention's per-head matmuls (2 heads): scores with the scale and the mask, then values
-    attention = {name: match_fused_gemm(tasks[name].dispatched[0])
+    attention = {name: match_hopper_gemm(tasks[name].dispatched[0])
                  for name in ("fused_matmul1_cast2_multiply_cast3_add3", "fused_matmul2_cast4")}
     scores, values = attention.values()
     assert scores.problem == GemmProblem(m=128, n=128, k=32, dtype="float16", out_dtype="float32", b_layout="kn",
@@ -152,11 +148,11 @@ def test_an_epilogue_that_is_not_elementwise_is_refused_with_the_reason():
     c = te.compute((128, 128), lambda i, j: te.sum(a[i, r].astype("float32") * b[r, j].astype("float32"), axis=r),
                    name="C")
     t = te.compute((128, 128), lambda i, j: c[j, i], name="T")  # a transpose after the GEMM
-    with pytest.raises(NotAHopperGemm, match=re.escape("not at the element it computes")):
-        match_fused_gemm(tvm.IRModule({"main": te.create_prim_func([a, b, t])}))
+    with pytest.raises(NotAGemm, match=re.escape("not at the element it computes")):
+        match_hopper_gemm(tvm.IRModule({"main": te.create_prim_func([a, b, t])}))
     s = te.compute((128,), lambda i: c[i, 0], name="S")  # a different shape after it
-    with pytest.raises(NotAHopperGemm, match=re.escape("is not elementwise over its [128, 128] output")):
-        match_fused_gemm(tvm.IRModule({"main": te.create_prim_func([a, b, s])}))
+    with pytest.raises(NotAGemm, match=re.escape("is not elementwise over its [128, 128] output")):
+        match_hopper_gemm(tvm.IRModule({"main": te.create_prim_func([a, b, s])}))
 
 
 H200 = {"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024, "max_shared_memory_per_block": 49152,
@@ -164,9 +160,10 @@ H200 = {"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024, "max_sha
 
 
 @pytest.mark.parametrize(("workload", "target", "skipped"), [
-    ("gemm-4096-fp16", "llvm", None),  # not a Hopper GPU: no region, nothing to say
+    # not a Hopper GPU: no region; on llvm the CPU GEMM family says why it does not take it
+    ("gemm-4096-fp16", "llvm", "inputs float16 and float16: the family takes float32"),
     ("gemm-4096-fp16", {**H200, "arch": "sm_80"}, None),
-    ("gemm-2048", H200, "inputs float32 and float32: the template takes float16 or bfloat16"),
+    ("gemm-2048", H200, "inputs float32 and float32: the family takes float16 or bfloat16"),
     ("softmax-128x768", H200, "2 reduction blocks of 4, not one GEMM"),
 ])
 def test_tune_op_opens_the_template_region_only_for_a_half_precision_gemm_on_hopper(workload, target, skipped,

@@ -88,7 +88,8 @@ def test_a_family_registered_in_one_line_serves_its_targets(monkeypatch, llvm_ta
 
     assert all(f.name != "split_gemm" for f in kernels.applicable(llvm_target))
     monkeypatch.setattr(kernels, "FAMILIES", (*kernels.FAMILIES, SplitGemm()))  # the one line
-    assert [f.name for f in kernels.applicable(llvm_target)] == ["split_gemm"]  # the Hopper GEMM is sm_90's
+    # beside the CPU GEMM; the Hopper GEMM is sm_90's
+    assert [f.name for f in kernels.applicable(llvm_target)] == ["cpu_gemm", "split_gemm"]
 
 
 def test_the_shared_search_checks_times_records_and_resumes_a_new_family(gemm, llvm_target, tmp_path):

@@ -1,10 +1,11 @@
 """The Hopper GEMM template (schedules/hopper_gemm.py, TMA + wgmma on sm_90a) as a `KernelFamily`:
-a task read as a fused GEMM (match.py), its variants in order of expected gain (variants.py)."""
+a task read as a fused GEMM over fp16 or bf16 (fused_gemm.py), its variants in order of expected gain (variants.py)."""
 
 from __future__ import annotations
 
+from ...schedules.hopper_gemm import INPUT_DTYPES, OUTPUT_DTYPES
 from ..family import KernelFamily
-from .match import FusedGemm, NotAHopperGemm, match_fused_gemm
+from ..fused_gemm import FusedGemm, NotAGemm, match_fused_gemm
 
 ARCH = "sm_90a"  # wgmma and setmaxnreg need the arch-specific target; MetaSchedule and dlight keep sm_90
 PRECISIONS = ("fp16", "bf16")
@@ -14,6 +15,11 @@ def on_hopper(target) -> bool:
     """Whether the target is an sm_90 (Hopper) GPU, where the template's kernels run."""
     arch = str(target.attrs.get("arch", "")) if target.kind.name == "cuda" else ""
     return arch.startswith("sm_9")
+
+
+def match_hopper_gemm(mod) -> FusedGemm:
+    """The fused GEMM `mod`'s "main" computes, if the template takes its dtypes, or NotAGemm."""
+    return match_fused_gemm(mod, input_dtypes=INPUT_DTYPES, output_dtypes=OUTPUT_DTYPES)
 
 
 class HopperGemm(KernelFamily):
@@ -29,7 +35,7 @@ class HopperGemm(KernelFamily):
         return None
 
     def match(self, mod, target) -> FusedGemm:
-        return match_fused_gemm(mod)
+        return match_hopper_gemm(mod)
 
     def variants(self, problem: FusedGemm, target):
         from .variants import VariantSearch
@@ -38,7 +44,7 @@ class HopperGemm(KernelFamily):
         try:
             return VariantSearch(p.m, p.n, p.k, p.dtype, p.b_layout, batch=p.batch, b_batched=p.b_batched)
         except ValueError as why:  # no tile fits the shape
-            raise NotAHopperGemm(str(why)) from None
+            raise NotAGemm(str(why)) from None
 
     def build(self, problem: FusedGemm, params, target, task: str):
         from ..extern import ExternKernel

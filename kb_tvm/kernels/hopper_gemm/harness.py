@@ -134,8 +134,9 @@ def search_shape(m, n, k, dtype, b_layout, out_dtype, budget, a, b, reference, e
 
 def problems(shapes, workload_names, dtype, b_layout, out_dtype) -> list:
     """The GEMMs to run: each --shape with the dtype and layout options, and each --workload of
-    the suite as its TIR says (match.py), or a one-line error why it cannot be."""
-    from .match import GemmProblem, NotAHopperGemm, match_gemm
+    the suite as its TIR says (kernels/fused_gemm.py), or a one-line error why it cannot be."""
+    from ..fused_gemm import GemmProblem, NotAGemm
+    from .family import match_hopper_gemm
     from kb_tvm.workloads import get_workload
 
     out = []
@@ -144,8 +145,8 @@ def problems(shapes, workload_names, dtype, b_layout, out_dtype) -> list:
         out.append(GemmProblem(m=m, n=n, k=k, dtype=dtype, out_dtype=out_dtype, b_layout=b_layout))
     for name in workload_names:
         try:
-            problem = match_gemm(get_workload(name).module())
-        except NotAHopperGemm as err:
+            problem = match_hopper_gemm(get_workload(name).module()).problem
+        except NotAGemm as err:
             raise click.BadParameter(f"{name}: {err}", param_hint="--workload") from None
         except ValueError as err:  # an unknown name
             raise click.BadParameter(str(err), param_hint="--workload") from None

@@ -1,25 +1,24 @@
-"""Which tuning tasks the Hopper GEMM template (schedules/hopper_gemm.py) can compute, read off the
-task's TIR: one reduction block C[.., i, j] += A[.., i, k] * B[k, j] (or B[j, k]) over fp16 or bf16
-inputs with fp32 accumulation, then any chain of elementwise blocks over C's shape (casts, bias,
-residual, GELU: what Relax fuses after a Linear layer), which becomes the kernel's epilogue. Leading
-axes are a batch (attention's heads): the kernel takes A, B and C as 2-D views with the batch's
-matrices one after the other, and B either batched as C is or one B for all. A task it cannot
-compute is refused with the reason, so that a user (and the search) sees why a matmul keeps
-MetaSchedule's kernels.
+"""A task read as a fused GEMM, the problem the GEMM kernel families (hopper_gemm/, cpu_gemm/)
+compute, read off the task's TIR: one reduction block C[.., i, j] += A[.., i, k] * B[k, j] (or
+B[j, k]) over inputs of the dtypes a family takes with fp32 accumulation, then any chain of
+elementwise blocks over C's shape (casts, bias, residual, GELU: what Relax fuses after a Linear
+layer), which becomes the kernel's epilogue. Leading axes are a batch (attention's heads): the
+kernel takes A, B and C as 2-D views with the batch's matrices one after the other, and B either
+batched as C is or one B for all. A task a family cannot compute is refused with the reason, so
+that a user (and the search) sees why a matmul keeps MetaSchedule's kernels.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..family import NotApplicable
-from ...schedules.hopper_gemm import INPUT_DTYPES, OUTPUT_DTYPES
+from .family import NotApplicable
 
 SPATIAL, REDUCE = 0, 2  # TVM's IterVar kinds (DataPar, CommReduce)
 
 
-class NotAHopperGemm(NotApplicable):
-    """The task is not a GEMM the template computes; the message says why."""
+class NotAGemm(NotApplicable):
+    """The task is not a GEMM the family computes; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -35,7 +34,7 @@ class GemmProblem:
 
     @property
     def gemm_shapes(self) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
-        """A, B and C as the template takes them: 2-D, a batch's matrices one after the other."""
+        """A, B and C as the kernels take them: 2-D, a batch's matrices one after the other."""
         b_rows = (self.batch if self.b_batched else 1) * (self.k if self.b_layout == "kn" else self.n)
         return ((self.batch * self.m, self.k), (b_rows, self.n) if self.b_layout == "kn" else (b_rows, self.k),
                 (self.batch * self.m, self.n))
@@ -43,7 +42,7 @@ class GemmProblem:
 
 @dataclass(frozen=True, eq=False)
 class FusedGemm:
-    """A task the template computes: its GEMM, and the elementwise blocks the task runs on each
+    """A task a GEMM family computes: its GEMM, and the elementwise blocks the task runs on each
     accumulator before it stores (none for a plain GEMM). `value` gives the kernel's epilogue."""
 
     problem: GemmProblem
@@ -76,10 +75,11 @@ class FusedGemm:
         return value
 
     def kernel(self, tile, symbol: str):
-        """The template's kernel for this task and variant, exported as `symbol`. It takes the task's
+        """The Hopper template's kernel (schedules/hopper_gemm.py) for this task and variant,
+        exported as `symbol`. It takes the task's
         parameters in the task's order, A, B and C as 2-D (the caller reshapes them: a view), the
         others as they are."""
-        from ...schedules.hopper_gemm import gemm
+        from ..schedules.hopper_gemm import gemm
 
         p = self.problem
         if tile.b_layout != p.b_layout or tile.dtype != p.dtype:
@@ -155,7 +155,7 @@ class FusedGemm:
 
 
 def _plain_gemm(p: GemmProblem, epilogue, k_splits: int = 1):
-    """main(A, B, C) for `p` in plain TIR, on the template's 2-D views (GemmProblem.gemm_shapes):
+    """main(A, B, C) for `p` in plain TIR, on the kernels' 2-D views (GemmProblem.gemm_shapes):
     C[r, j] = epilogue(sum_k A[r, k] * B of r's batch[k, j] in fp32, r, j); with k_splits > 1,
     C = P[k_splits, rows, n], each split's fp32 sum over its part of K."""
     from tvm.script import tirx as T
@@ -295,7 +295,7 @@ def _rebuild(expr, coords: dict, computed: list, inputs: list, axes: list):
             for buf, value in computed:
                 if e.source.same_as(buf):
                     if not at_this_element(e):
-                        raise NotAHopperGemm(f"the epilogue reads {buf.name} at {list(e.indices)}, not at the "
+                        raise NotAGemm(f"the epilogue reads {buf.name} at {list(e.indices)}, not at the "
                                              "element it computes (a transpose or shift is not elementwise)")
                     return value
             source = next((mine for theirs, mine in inputs if e.source.same_as(theirs)), e.source)
@@ -318,8 +318,8 @@ def _rebuild(expr, coords: dict, computed: list, inputs: list, axes: list):
         if isinstance(e, ir_expr.Var):
             if e in coords:
                 return coords[e]
-            raise NotAHopperGemm(f"the epilogue reads a variable {e} that is not an axis")
-        raise NotAHopperGemm(f"the epilogue has a {type(e).__name__}, which the template does not fuse")
+            raise NotAGemm(f"the epilogue reads a variable {e} that is not an axis")
+        raise NotAGemm(f"the epilogue has a {type(e).__name__}, which the families do not fuse")
 
     return go(expr)
 
@@ -342,8 +342,9 @@ def _loads(expr) -> list:
     return []
 
 
-def match_fused_gemm(mod) -> FusedGemm:
-    """The GEMM and epilogue `mod` ("main", a MetaSchedule task or workload) computes, or NotAHopperGemm."""
+def match_fused_gemm(mod, *, input_dtypes: tuple[str, ...], output_dtypes: tuple[str, ...]) -> FusedGemm:
+    """The GEMM and epilogue `mod` ("main", a MetaSchedule task or workload) computes over A and B
+    of one of `input_dtypes` into an output of one of `output_dtypes`, or NotAGemm."""
     from tvm import s_tir
 
     func = mod["main"]
@@ -355,70 +356,70 @@ def match_fused_gemm(mod) -> FusedGemm:
 
     gemms = [i for i, b in enumerate(blocks) if REDUCE in kinds_of(b)]
     if len(gemms) != 1:
-        raise NotAHopperGemm(f"{len(gemms)} reduction blocks of {len(blocks)}, not one GEMM")
+        raise NotAGemm(f"{len(gemms)} reduction blocks of {len(blocks)}, not one GEMM")
     if gemms[0] != 0:
-        raise NotAHopperGemm(f"{gemms[0]} block(s) fused before the GEMM (the template reads A and B as they are)")
+        raise NotAGemm(f"{gemms[0]} block(s) fused before the GEMM (the kernels read A and B as they are)")
     block, epilogue = blocks[0], blocks[1:]
     kinds = kinds_of(block)
     spatial = kinds.count(SPATIAL)
     if kinds.count(REDUCE) != 1 or kinds[-1] != REDUCE or spatial < 2:
-        raise NotAHopperGemm(f"{spatial} spatial and {kinds.count(REDUCE)} reduction axes (a GEMM has 2 and 1)")
+        raise NotAGemm(f"{spatial} spatial and {kinds.count(REDUCE)} reduction axes (a GEMM has 2 and 1)")
     extents = [int(iv.dom.extent) for iv in block.iter_vars]
     batch = 1
     for extent in extents[:spatial - 2]:
         batch *= extent
     *lead, i, j, r = (str(iv.var) for iv in block.iter_vars)
     if len(block.reads) != 2 or len(block.writes) != 1:
-        raise NotAHopperGemm(f"reads {len(block.reads)} and writes {len(block.writes)} buffers (a GEMM: 2 and 1)")
+        raise NotAGemm(f"reads {len(block.reads)} and writes {len(block.writes)} buffers (a GEMM: 2 and 1)")
     (a, b), c = block.reads, block.writes[0]
     if _indices(c) != [*lead, i, j] or _indices(a)[-2:] != [i, r] or len(a.source.shape) != spatial:
-        raise NotAHopperGemm(f"indexed as {c.source.name}{_indices(c)} = {a.source.name}{_indices(a)} x ...: "
-                             "the template computes C[i, j] from A[i, k]")
+        raise NotAGemm(f"indexed as {c.source.name}{_indices(c)} = {a.source.name}{_indices(a)} x ...: "
+                             "the kernels compute C[i, j] from A[i, k]")
     if batch > 1 and _indices(a) != [*lead, i, r]:
-        raise NotAHopperGemm(f"A indexed as {a.source.name}{_indices(a)}: a batched GEMM reads A[batch.., i, k]")
+        raise NotAGemm(f"A indexed as {a.source.name}{_indices(a)}: a batched GEMM reads A[batch.., i, k]")
     b_index = _indices(b)
     b_batched = any(int(d) != 1 for d in b.source.shape[:-2])
     if b_batched and (b_index[:-2] != lead or [int(d) for d in b.source.shape[:-2]] != extents[:spatial - 2]):
-        raise NotAHopperGemm(f"B indexed as {b.source.name}{b_index}: batched as C is, or one B for all")
+        raise NotAGemm(f"B indexed as {b.source.name}{b_index}: batched as C is, or one B for all")
     if b_index[-2:] == [r, j]:
         b_layout = "kn"
     elif b_index[-2:] == [j, r]:
         b_layout = "nk"
     else:
-        raise NotAHopperGemm(f"B indexed as {b_index}: the template reads B[k, j] or B[j, k]")
+        raise NotAGemm(f"B indexed as {b_index}: the kernels read B[k, j] or B[j, k]")
     dtype, b_dtype, acc_dtype = str(a.source.dtype), str(b.source.dtype), str(c.source.dtype)
-    if dtype != b_dtype or dtype not in INPUT_DTYPES:
-        raise NotAHopperGemm(f"inputs {dtype} and {b_dtype}: the template takes {' or '.join(INPUT_DTYPES)}")
+    if dtype != b_dtype or dtype not in input_dtypes:
+        raise NotAGemm(f"inputs {dtype} and {b_dtype}: the family takes {' or '.join(input_dtypes)}")
     if acc_dtype != "float32":
-        raise NotAHopperGemm(f"accumulates in {acc_dtype}: the template accumulates in float32")
+        raise NotAGemm(f"accumulates in {acc_dtype}: the kernels accumulate in float32")
     loads = _loads(block.body.value)
     if sorted(x.source.name for x in loads) != sorted([c.source.name, a.source.name, b.source.name]):
-        raise NotAHopperGemm(f"computes {block.body.value}: not C + A * B")
+        raise NotAGemm(f"computes {block.body.value}: not C + A * B")
     m, k = (int(d) for d in a.source.shape[-2:])
     n = int(c.source.shape[-1])
     params = list(func.params)
     for name, buf in (("A", a.source), ("B", b.source)):
         if not any(buf.same_as(p) for p in params):
-            raise NotAHopperGemm(f"{name} ({buf.name}) is computed inside the task, not one of its inputs")
+            raise NotAGemm(f"{name} ({buf.name}) is computed inside the task, not one of its inputs")
     shape = [int(d) for d in c.source.shape]
     out = c.source
     for after in epilogue:
         body = after.body
         if kinds_of(after) != [SPATIAL] * spatial or [int(iv.dom.extent) for iv in after.iter_vars] != shape:
-            raise NotAHopperGemm(f"block {after.name_hint!r} after the GEMM is not elementwise over its {shape} "
-                                 "output (the template fuses elementwise epilogues)")
+            raise NotAGemm(f"block {after.name_hint!r} after the GEMM is not elementwise over its {shape} "
+                                 "output (the kernels fuse elementwise epilogues)")
         if type(body).__name__ != "BufferStore" or len(after.writes) != 1 or \
                 _indices(after.writes[0]) != [str(iv.var) for iv in after.iter_vars]:
-            raise NotAHopperGemm(f"block {after.name_hint!r} after the GEMM does not store one element per "
+            raise NotAGemm(f"block {after.name_hint!r} after the GEMM does not store one element per "
                                  "output element")
         if any(out.same_as(p) for p in params):
-            raise NotAHopperGemm(f"{out.name} is an output and also read after the GEMM (two outputs)")
+            raise NotAGemm(f"{out.name} is an output and also read after the GEMM (two outputs)")
         out = after.writes[0].source
     if not any(out.same_as(p) for p in params) or not params[-1].same_as(out):
-        raise NotAHopperGemm(f"the last block's {out.name} is not the task's output")
+        raise NotAGemm(f"the last block's {out.name} is not the task's output")
     out_dtype = str(out.dtype)
-    if out_dtype not in OUTPUT_DTYPES:
-        raise NotAHopperGemm(f"output {out_dtype}: the template writes {', '.join(OUTPUT_DTYPES)}")
+    if out_dtype not in output_dtypes:
+        raise NotAGemm(f"output {out_dtype}: the family writes {', '.join(output_dtypes)}")
     fused = FusedGemm(problem=GemmProblem(m=m, n=n, k=k, dtype=dtype, out_dtype=out_dtype, b_layout=b_layout,
                                           batch=batch, b_batched=b_batched and batch > 1),
                       func=func, a=a.source, b=b.source, c=out, gemm_out=c.source, epilogue=tuple(epilogue))
@@ -432,8 +433,3 @@ def _check_epilogue(fused: FusedGemm) -> None:
     from tvm import tirx
 
     fused.value(tirx.Var("acc", "float32"), tirx.Var("row", "int32"), tirx.Var("col", "int32"))
-
-
-def match_gemm(mod) -> GemmProblem:
-    """The GEMM `mod` computes (epilogue or not), or NotAHopperGemm."""
-    return match_fused_gemm(mod).problem

@@ -1,0 +1,85 @@
+"""The CPU GEMM template (schedules/cpu_gemm.py: register blocks, packed B, threads over blocks) as
+a `KernelFamily`: an fp32 task read as a fused GEMM (fused_gemm.py), its variants in the prior's
+order (variants.py)."""
+
+from __future__ import annotations
+
+from ..family import KernelFamily
+from ..fused_gemm import FusedGemm, NotAGemm, match_fused_gemm
+from .variants import VectorUnit
+
+DTYPES = ("float32",)
+
+
+def vector_unit(target) -> VectorUnit:
+    """The vector unit the llvm target's CPU has, from its features (SSE's where none is named)."""
+    from tvm.target.codegen import target_has_features
+
+    if target_has_features("avx512f", target):
+        return VectorUnit(lanes=16, registers=32)
+    if target_has_features("avx2", target):
+        return VectorUnit(lanes=8, registers=16)
+    if target_has_features("neon", target):
+        return VectorUnit(lanes=4, registers=32)
+    return VectorUnit(lanes=4, registers=16)
+
+
+def match_cpu_gemm(mod) -> FusedGemm:
+    """The fp32 fused GEMM `mod`'s "main" computes with one B (or one for all of its batch), or NotAGemm."""
+    fused = match_fused_gemm(mod, input_dtypes=DTYPES, output_dtypes=DTYPES)
+    if fused.problem.b_batched:
+        raise NotAGemm("a B for each matrix of the batch (attention's): the template packs one B")
+    return fused
+
+
+class CpuGemm(KernelFamily):
+    name = "cpu_gemm"
+    source = "schedules/cpu_gemm.py"
+    # fp32 sums in another order: a right kernel is off by ~1e-6 of the scale, a wrong one by far more
+    tolerance = 1e-3
+
+    def applies(self, target, precision: str | None = None) -> str | None:
+        if target.kind.name != "llvm":
+            return "needs an llvm (CPU) target"
+        if precision not in (None, "fp32"):
+            return f"precision {precision}: the template computes fp32"
+        return None
+
+    def match(self, mod, target) -> FusedGemm:
+        return match_cpu_gemm(mod)
+
+    def variants(self, problem: FusedGemm, target):
+        from .variants import VariantSearch
+
+        p = problem.problem
+        try:
+            return VariantSearch(rows=p.batch * p.m, n=p.n, b_layout=p.b_layout, unit=vector_unit(target))
+        except ValueError as why:  # no register block fits the shape
+            raise NotAGemm(str(why)) from None
+
+    def build(self, problem: FusedGemm, params, target, task: str):
+        from ...schedules.cpu_gemm import schedule
+        from ..extern import ExternKernel
+
+        symbol = f"kb_cpu_gemm_{task}"
+        func = schedule(problem.reference(symbol), params, problem.problem.b_layout)
+        return ExternKernel(task=task, symbol=symbol, func=func.with_attr("global_symbol", symbol),
+                            shapes=tuple(problem.kernel_shapes()), pipeline="default")
+
+    def describe(self, params) -> str:
+        return params.describe()
+
+    def record(self, params) -> dict:
+        return {"tile": {"rows": params.rows, "cols": params.cols, "pack_b": params.pack_b}}
+
+    def from_record(self, row: dict):
+        from ...schedules.cpu_gemm import CpuGemmTile
+
+        return CpuGemmTile(**row["tile"])
+
+    def problem_record(self, problem: FusedGemm) -> dict:
+        p = problem.problem
+        return {"m": p.m, "n": p.n, "k": p.k, "batch": p.batch, "dtype": p.dtype}
+
+
+FAMILY = CpuGemm()

@@ -1,0 +1,102 @@
+"""Which variants of the CPU GEMM template (schedules/cpu_gemm.py) to measure, in what order, and
+when to stop. Plain Python: the caller measures (kernels/task_search.py).
+
+The order is a prior from a Zen 4 (AVX-512, 2 cores), where over 128x768x768, 128x3072x768,
+128x768x3072 and 512^3 the fastest register blocks held about 12 vector accumulators (12x16 won
+three of four; 4x32 and 6x32 were within 10%; 3x64 ran 15-30% behind): so blocks are asked for
+by how far their accumulator count is from 3/8 of the vector registers, fewer vectors a row
+first, and by the rows they would compute past the end of A. The search measures in that order
+and stops after `patience` measurements that did not beat the best by `min_gain`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ...schedules.cpu_gemm import STACK_BYTES, CpuGemmTile
+
+MAX_VECTORS = 4  # vectors of B a K step (cols = vectors x lanes)
+MAX_ROWS = 16
+
+
+@dataclass(frozen=True)
+class VectorUnit:
+    """What a CPU's vector unit holds: fp32 lanes a register and registers (AVX-512: 16 and 32)."""
+
+    lanes: int
+    registers: int
+
+    def __post_init__(self) -> None:
+        if self.lanes < 1 or self.registers < 4:
+            raise ValueError(f"lanes={self.lanes!r}, registers={self.registers!r}: at least 1 and 4")
+
+
+def variants(rows: int, n: int, b_layout: str, unit: VectorUnit) -> list[CpuGemmTile]:
+    """Every register block that fits the unit (its accumulators, the K step's B vectors and a
+    broadcast in the registers; on the stack) and divides N, for a GEMM of `rows` rows (a
+    batch's rows one after the other), in the prior's order. A B[K, N] may also be read unpacked."""
+    out = []
+    for vectors in range(1, MAX_VECTORS + 1):
+        cols = vectors * unit.lanes
+        for r in range(1, min(rows, MAX_ROWS) + 1):
+            if r * vectors + vectors + 1 > unit.registers or r * cols * 4 >= STACK_BYTES or n % cols:
+                continue
+            out.extend(CpuGemmTile(rows=r, cols=cols, pack_b=pack) for pack in
+                       ((True, False) if b_layout == "kn" else (True,)))
+    return sorted(out, key=lambda t: (prior(t, rows, unit), t.describe()))
+
+
+def prior(tile: CpuGemmTile, rows: int, unit: VectorUnit) -> float:
+    """Lower first: accumulators away from 3/8 of the registers, vectors a row, rows past A's end."""
+    vectors = tile.cols // unit.lanes
+    accumulators = tile.rows * vectors
+    padded = (-(-rows // tile.rows) * tile.rows - rows) / rows
+    return abs(accumulators - unit.registers * 3 / 8) + 0.5 * (vectors - 1) + 10 * padded + (0 if tile.pack_b else 0.25)
+
+
+@dataclass
+class VariantSearch:
+    """Ask/tell over the variants of one GEMM (`rows` x `n`, B laid out as `b_layout`). `tell`
+    takes seconds, or None for a variant that failed (built wrong, computed wrong)."""
+
+    rows: int
+    n: int
+    b_layout: str
+    unit: VectorUnit
+    patience: int = 4
+    min_gain: float = 0.02
+    measured: dict[CpuGemmTile, float | None] = field(default_factory=dict)
+    since_gain: int = 0  # measurements since the best last improved by min_gain
+
+    def __post_init__(self) -> None:
+        if self.patience < 1:
+            raise ValueError(f"patience={self.patience!r}: at least 1 measurement")
+        if not 0 <= self.min_gain < 1:
+            raise ValueError(f"min_gain={self.min_gain!r}: a fraction in [0, 1)")
+        if self.b_layout not in ("kn", "nk"):
+            raise ValueError(f"b_layout={self.b_layout!r}: 'kn' or 'nk'")
+        self.pool = variants(self.rows, self.n, self.b_layout, self.unit)
+        if not self.pool:
+            raise ValueError(f"no CPU GEMM variant fits N={self.n} (a multiple of {self.unit.lanes} lanes needed)")
+
+    @property
+    def best(self) -> tuple[CpuGemmTile, float] | None:
+        done = [(seconds, t.describe(), t) for t, seconds in self.measured.items() if seconds is not None]
+        if not done:
+            return None
+        seconds, _, tile = min(done)
+        return tile, seconds
+
+    def ask(self) -> CpuGemmTile | None:
+        """The next variant in the prior's order, or None when the search is done."""
+        if self.since_gain >= self.patience and self.best is not None:
+            return None
+        return next((t for t in self.pool if t not in self.measured), None)
+
+    def tell(self, tile: CpuGemmTile, seconds: float | None) -> None:
+        if tile not in self.pool:
+            raise ValueError(f"CpuGemmTile({tile.describe()}) is not a variant of {self.rows}x{self.n}")
+        best = self.best
+        self.measured[tile] = seconds
+        gained = seconds is not None and (best is None or seconds < best[1] * (1 - self.min_gain))
+        self.since_gain = 0 if gained else self.since_gain + 1

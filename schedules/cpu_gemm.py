@@ -1,0 +1,81 @@
+"""The CPU GEMM template: C = epilogue(A @ B) in fp32 on the host's vector units, written as a
+schedule of the task's own plain TIR (kb_tvm/kernels/fused_gemm.py's `FusedGemm.reference`: blocks
+"gemm", then "epilogue", over A, B and C as 2-D views).
+
+- A register block of `rows` x `cols` accumulators (`cols` a multiple of the vector width) is kept
+  in registers over all of K: each K step broadcasts `rows` values of A and multiplies them with
+  cols / lanes vectors of B. The block's buffer must stay under TVM's stack limit (1 KB), or TVM
+  allocates it on the heap, where LLVM stores every accumulator at every K step (half the speed
+  on a Zen 4).
+- With `pack_b`, B is copied on each call into panels [N / cols, K, cols], so that a block reads
+  its panel contiguously. A B[N, K] (a Linear layer's weight) needs it: read in place it costs
+  strided loads across rows. A B[K, N] may not: its panel is `cols` contiguous floats a row.
+- The blocks are spread over the threads column panel outermost, so that the blocks a thread
+  runs one after another read the same panel of B from its cache.
+- The epilogue (bias, GELU, residual) runs on each block as soon as its sums are done.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# TVM keeps a CPU buffer on the stack below this many bytes (LowerTVMBuiltin's kMaxStackAlloca)
+STACK_BYTES = 1024
+
+
+@dataclass(frozen=True)
+class CpuGemmTile:
+    rows: int  # rows of the register block: values of A broadcast per K step
+    cols: int  # columns of the register block, a multiple of the vector width
+    pack_b: bool = True  # copy B into [N / cols, K, cols] panels on each call
+
+    def __post_init__(self) -> None:
+        if self.rows < 1:
+            raise ValueError(f"rows={self.rows!r}: at least 1")
+        if self.cols < 1:
+            raise ValueError(f"cols={self.cols!r}: at least 1")
+        if self.rows * self.cols * 4 >= STACK_BYTES:
+            raise ValueError(f"rows={self.rows}, cols={self.cols}: {self.rows * self.cols * 4} bytes of "
+                             f"accumulators, not under the {STACK_BYTES} that stay on the stack")
+
+    def describe(self) -> str:
+        return f"rows={self.rows}, cols={self.cols}, pack_b={self.pack_b}"
+
+    def fits(self, n: int) -> str | None:
+        """Why the tile cannot compute a GEMM with `n` columns, or None."""
+        return None if n % self.cols == 0 else f"N={n} is not a multiple of cols={self.cols}"
+
+
+def schedule(func, tile: CpuGemmTile, b_layout: str):
+    """`func` (main(..A.., ..B.., ..C..) with blocks "gemm" and "epilogue", B[K, N] for b_layout
+    "kn", B[N, K] for "nk") scheduled as `tile` says. A ScheduleError where TVM refuses it."""
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(func)
+    gemm, epilogue = sch.get_sblock("gemm"), sch.get_sblock("epilogue")
+    i, j, k = sch.get_loops(gemm)
+    i_outer, i_inner = sch.split(i, [None, tile.rows])
+    j_outer, j_inner = sch.split(j, [None, tile.cols])
+    sch.reorder(j_outer, i_outer, k, i_inner, j_inner)
+    blocks = sch.fuse(j_outer, i_outer)
+    sch.parallel(blocks)
+    sch.unroll(i_inner)
+    sch.vectorize(j_inner)
+    sch.decompose_reduction(gemm, k)
+    sch.reverse_compute_at(epilogue, blocks)
+    sch.vectorize(sch.get_loops(epilogue)[-1])
+    if tile.pack_b:
+        cols = tile.cols
+        # the update block's reads: its sums D, then A and B
+        b_index = [region.source.name for region in sch.get(gemm).reads].index("B")
+        packed = sch.cache_read(gemm, b_index, "global")
+        if b_layout == "kn":
+            sch.transform_layout(gemm, ("read", b_index), lambda kk, jj: (jj // cols, kk, jj % cols))
+            sch.transform_block_layout(packed, lambda kk, jj: (jj // cols, kk, jj % cols))
+        else:
+            sch.transform_layout(gemm, ("read", b_index), lambda jj, kk: (jj // cols, kk, jj % cols))
+            sch.transform_block_layout(packed, lambda jj, kk: (jj // cols, kk, jj % cols))
+        panel, _, lane = sch.get_loops(packed)
+        sch.parallel(panel)
+        sch.vectorize(lane)
+    return sch.mod["main"]

@@ -1,0 +1,178 @@
+"""The CPU GEMM family (schedules/cpu_gemm.py, kb_tvm/kernels/cpu_gemm/): which register blocks it
+tries and in what order (plain Python), which tasks it takes, and its kernels computing real tasks
+on llvm, checked against numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kb_tvm.kernels.cpu_gemm.variants import VariantSearch, VectorUnit, variants
+from kb_tvm.schedules.cpu_gemm import STACK_BYTES, CpuGemmTile
+
+AVX512 = VectorUnit(lanes=16, registers=32)
+AVX2 = VectorUnit(lanes=8, registers=16)
+
+
+@pytest.mark.parametrize("unit", [AVX512, AVX2])
+def test_register_blocks_fit_the_registers_the_stack_and_n(unit):
+    pool = variants(128, 768, "nk", unit)
+    assert pool
+    for tile in pool:
+        vectors = tile.cols // unit.lanes
+        assert tile.cols % unit.lanes == 0 and 768 % tile.cols == 0
+        assert tile.rows * vectors + vectors + 1 <= unit.registers  # accumulators, B's vectors, a broadcast
+        assert tile.rows * tile.cols * 4 < STACK_BYTES
+    assert all(t.pack_b for t in pool)  # a B[N, K] is always packed; a B[K, N] may be read in place
+    assert {t.pack_b for t in variants(128, 768, "kn", unit)} == {True, False}
+
+
+def test_the_prior_asks_first_for_the_block_of_three_eighths_of_the_registers():
+    assert variants(128, 768, "nk", AVX512)[0] == CpuGemmTile(rows=12, cols=16)
+    assert variants(128, 768, "kn", AVX512)[:2] == [CpuGemmTile(rows=12, cols=16),
+                                                    CpuGemmTile(rows=12, cols=16, pack_b=False)]
+    assert variants(128, 768, "nk", AVX2)[0] == CpuGemmTile(rows=6, cols=8)
+    # a GEMM of 4 rows: no block computes rows past them first
+    assert variants(4, 768, "nk", AVX512)[0].rows == 4
+
+
+def test_bad_values_are_named():
+    with pytest.raises(ValueError, match="N=50257"):  # GPT-2's vocabulary: no block divides it
+        VariantSearch(rows=128, n=50257, b_layout="nk", unit=AVX512)
+    with pytest.raises(ValueError, match="patience=0"):
+        VariantSearch(rows=128, n=768, b_layout="nk", unit=AVX512, patience=0)
+    with pytest.raises(ValueError, match="b_layout='kk'"):
+        VariantSearch(rows=128, n=768, b_layout="kk", unit=AVX512)
+    with pytest.raises(ValueError, match="rows=16, cols=16: 1024 bytes"):
+        CpuGemmTile(rows=16, cols=16)
+    with pytest.raises(ValueError, match="is not a variant of 128x64"):
+        VariantSearch(rows=128, n=64, b_layout="nk", unit=AVX512).tell(CpuGemmTile(rows=4, cols=48), 1.0)
+
+
+def test_the_search_stops_after_patience_measurements_without_a_gain():
+    search = VariantSearch(rows=128, n=768, b_layout="nk", unit=AVX512, patience=3)
+    asked = []
+    while (tile := search.ask()) is not None:
+        asked.append(tile)
+        search.tell(tile, 0.9 if len(asked) == 3 else 1.0)  # only the third gains (10%)
+    assert asked == search.pool[:6]  # the first, the gain at the third, then three without one
+    assert search.best == (asked[2], 0.9)
+
+
+def test_a_failed_variant_is_never_the_best_nor_a_gain():
+    search = VariantSearch(rows=128, n=768, b_layout="nk", unit=AVX512, patience=2)
+    failed = search.ask()
+    search.tell(failed, None)
+    assert search.best is None and search.ask() not in (None, failed)
+    search.tell(search.ask(), None)
+    assert search.ask() is not None  # nothing right yet: patience does not end the search
+    right = search.ask()
+    search.tell(right, 2e-3)
+    assert search.best == (right, 2e-3)
+
+
+def test_the_vector_unit_is_read_off_the_target():
+    import tvm
+
+    from kb_tvm.kernels.cpu_gemm.family import vector_unit
+
+    def unit(**spec):
+        return vector_unit(tvm.target.Target({"kind": "llvm", **spec}))
+
+    assert unit(mcpu="znver4") == AVX512 and unit(mcpu="haswell") == AVX2
+    assert unit(mtriple="aarch64-linux-gnu", mcpu="neoverse-n1") == VectorUnit(lanes=4, registers=32)
+    assert unit() == VectorUnit(lanes=4, registers=16)  # a bare llvm: SSE
+
+
+def _linear(m, n, k, b_layout, dtype="float32", batch=None, b_batched=False):
+    """relu(A @ B + bias), as Relax fuses a Linear layer and its activation: an IRModule."""
+    import tvm
+    from tvm import te
+
+    lead = [batch] if batch else []
+    a = te.placeholder([*lead, m, k], dtype, name="A")
+    b_shape = (k, n) if b_layout == "kn" else (n, k)
+    b = te.placeholder([*(lead if b_batched else []), *b_shape], dtype, name="B")
+    bias = te.placeholder([n], dtype, name="bias")
+    r = te.reduce_axis((0, k), name="r")
+
+    def b_at(idx, j):
+        where = idx[:-2] if b_batched else []
+        return b[(*where, r, j)] if b_layout == "kn" else b[(*where, j, r)]
+
+    c = te.compute([*lead, m, n], lambda *idx: te.sum(a[(*idx[:-1], r)] * b_at(idx, idx[-1]), axis=r), name="C")
+    out = te.compute(c.shape, lambda *idx: te.max(c(*idx) + bias[idx[-1]], tvm.tirx.const(0, dtype)), name="out")
+    return tvm.IRModule({"main": te.create_prim_func([a, b, bias, out])})
+
+
+def test_an_fp32_linear_is_taken_and_half_precision_or_a_b_per_matrix_is_refused(llvm_target):
+    from kb_tvm.kernels.cpu_gemm import FAMILY
+    from kb_tvm.kernels.fused_gemm import NotAGemm
+
+    fused = FAMILY.match(_linear(64, 32, 48, "nk"), llvm_target)
+    p = fused.problem
+    assert (p.m, p.n, p.k, p.b_layout, p.dtype, p.out_dtype) == (64, 32, 48, "nk", "float32", "float32")
+    assert len(fused.epilogue) == 1  # bias and relu, one elementwise block
+    assert FAMILY.match(_linear(8, 32, 48, "kn", batch=3), llvm_target).problem.batch == 3  # one B for all
+    with pytest.raises(NotAGemm, match="float16 and float16: the family takes float32"):
+        FAMILY.match(_linear(64, 32, 48, "nk", dtype="float16"), llvm_target)
+    with pytest.raises(NotAGemm, match="a B for each matrix"):
+        FAMILY.match(_linear(8, 32, 48, "kn", batch=3, b_batched=True), llvm_target)
+    assert FAMILY.applies(llvm_target, "fp16") == "precision fp16: the template computes fp32"
+
+
+def _run(kernel, arrays, target):
+    import tvm
+
+    from kb_tvm.kernels.extern import compile_kernels
+
+    library = compile_kernels([kernel], target)
+    device = tvm.cpu()
+    args = [tvm.runtime.tensor(x.reshape(shape), device) for x, shape in zip(arrays, kernel.shapes)]
+    library[kernel.symbol](*args)
+    return args[-1].numpy()
+
+
+@pytest.mark.parametrize(("b_layout", "tile"), [
+    ("kn", CpuGemmTile(rows=12, cols=16)), ("nk", CpuGemmTile(rows=12, cols=16)),
+    ("kn", CpuGemmTile(rows=4, cols=32, pack_b=False)), ("nk", CpuGemmTile(rows=1, cols=16)),
+])
+def test_a_kernel_computes_its_task_also_with_a_block_past_a_s_last_row(b_layout, tile, llvm_target):
+    """Two matrices of 25 rows: a 12-row block computes 10 past them (a predicate keeps them out of C)."""
+    from kb_tvm.kernels.cpu_gemm import FAMILY
+
+    m, n, k, batch = 25, 32, 40, 2
+    fused = FAMILY.match(_linear(m, n, k, b_layout, batch=batch), llvm_target)
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((batch, m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n) if b_layout == "kn" else (n, k), dtype=np.float32)
+    bias = rng.standard_normal(n, dtype=np.float32)
+    got = _run(FAMILY.build(fused, tile, llvm_target, "linear"), [a, b, bias, np.zeros((batch, m, n), np.float32)],
+               llvm_target)
+    expected = np.maximum(a @ (b if b_layout == "kn" else b.T) + bias, 0)
+    np.testing.assert_allclose(got.reshape(expected.shape), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_the_shared_search_finds_a_right_variant_and_resumes(llvm_target, tmp_path):
+    from kb_tvm.kernels.cpu_gemm import FAMILY
+    from kb_tvm.kernels.cpu_gemm.family import vector_unit
+    from kb_tvm.kernels.task_search import local_device, read_rows, search_task
+
+    mod = _linear(64, 64, 96, "nk")
+    fused = FAMILY.match(mod, llvm_target)
+
+    def reference(arrays):
+        a, b, bias, _ = arrays
+        return np.maximum(a @ b.T + bias, 0)
+
+    device = local_device(llvm_target)
+    choice = search_task(FAMILY, fused, mod["main"], "linear", llvm_target, device, reference,
+                         until=lambda: False, work_dir=tmp_path, earlier=[])
+    rows = read_rows(tmp_path)
+    assert len(rows) >= 2 and all(r["ok"] and r["error"] is None and r["family"] == "cpu_gemm" for r in rows)
+    assert choice.seconds == min(r["seconds"] for r in rows) and choice.describe().startswith("cpu_gemm rows=")
+    assert FAMILY.from_record(rows[0]) == variants(64, 64, "nk", vector_unit(llvm_target))[0]
+    again = search_task(FAMILY, fused, mod["main"], "linear", llvm_target, device, reference,
+                        until=lambda: False, work_dir=tmp_path, earlier=rows)
+    assert again.params == choice.params and len(read_rows(tmp_path)) == len(rows)  # nothing measured twice
+
