@@ -60,7 +60,7 @@ def run_side_by_side(commands: dict[str, list[str]], out: Path, *, on_gpus: bool
 
 
 def _command(model, strategy, budget, target, work_dir, seed, trials_per_batch, precision,
-             input_shapes, cuda_graph, exact_math=False) -> list[str]:
+             input_shapes, cuda_graph, exact_math=False, experience=True) -> list[str]:
     command = [sys.executable, "-m", "kb_tvm.cli", "tune", str(model), "--budget", budget, "--strategy", strategy,
                "--work-dir", str(work_dir), "--seed", str(seed), "--precision", precision,
                "--cuda-graph" if cuda_graph else "--no-cuda-graph"]
@@ -68,6 +68,8 @@ def _command(model, strategy, budget, target, work_dir, seed, trials_per_batch, 
         command += ["--input-shape", shape]
     if exact_math:
         command.append("--exact-math")
+    if not experience:
+        command.append("--no-experience")
     if target:
         command += ["--target", target]
     if trials_per_batch:
@@ -117,8 +119,10 @@ def time_in_turns(libraries: dict[str, Path], model, input_shapes, target: str |
               help="Where the two work dirs go (records, model.so). Default: --out.")
 @click.option("--cuda-graph/--no-cuda-graph", default=True, show_default=True, help="As for kb-tvm tune.")
 @click.option("--exact-math", is_flag=True, help="As for kb-tvm tune.")
+@click.option("--no-experience", is_flag=True,
+              help="As for kb-tvm tune: kb starts cold, without what earlier tunes on this machine left.")
 def main(model, budget, target, out, seed, trials_per_batch, precision, input_shapes, work_root,
-         cuda_graph, exact_math) -> None:
+         cuda_graph, exact_math, no_experience) -> None:
     """Tune MODEL with kb and with stock MetaSchedule at the same budget; compare."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -128,11 +132,11 @@ def main(model, budget, target, out, seed, trials_per_batch, precision, input_sh
         work_dir = Path(work_root or out) / f"work-{strategy}"
         shutil.rmtree(work_dir, ignore_errors=True)
         commands[strategy] = _command(model, strategy, budget, target, work_dir, seed, trials_per_batch,
-                                      precision, input_shapes, cuda_graph, exact_math)
+                                      precision, input_shapes, cuda_graph, exact_math, experience=not no_experience)
     exit_codes, parallel = run_side_by_side(commands, out, on_gpus=target != "llvm")
     cpus = len(os.sched_getaffinity(0))
     summary = {"model": str(model), "budget": budget, "target": target, "precision": precision,
-               "exact_math": exact_math,
+               "exact_math": exact_math, "experience": not no_experience,
                "side_by_side": parallel,
                "cpus_each": cpus // 2 if parallel else cpus, "runs": {}}
     for strategy, exit_code in exit_codes.items():

@@ -95,3 +95,22 @@ def test_schedules_whose_traces_hold_index_maps_merge_and_compact(tmp_path, gemm
     database.compact()
     (merged,) = RecordDatabase(work_dir=tmp_path).get_all_tuning_records()
     assert "transform_layout" in str(merged.trace) and len(merged.run_secs) == 2
+
+
+def test_the_build_weighs_a_tuned_record_by_its_median_as_the_database_ranks_it(tmp_path, gemm, llvm_target):
+    """Two quick measurements and one on a busy machine: the record is worth 1.0 ms, so it beats a
+    default of 2 ms (its mean, 3.7 ms, would keep the default)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from kb_tvm import RecordDatabase
+    from kb_tvm.model_tuning.record_choice import better_than_default
+
+    mod, _, tiled, record = gemm
+    database = RecordDatabase(work_dir=tmp_path)
+    workload = database.commit_workload(mod)
+    for seconds in (0.0010, 0.0010, 0.0090):
+        database.commit_tuning_record(record(tiled, workload, [seconds]))
+    task = ms.ExtractedTask("main", mod, llvm_target, [mod], 1)
+    chosen, used = better_than_default(database, [task], llvm_target, {"main": 0.002})
+    assert used == {"main": pytest.approx(0.001)}
+    assert str(chosen.query_tuning_record(mod, llvm_target, "main").trace) == str(tiled.trace)

@@ -3,6 +3,8 @@ the task's default schedule."""
 
 from __future__ import annotations
 
+from ..measure.records import record_latency
+
 
 def better_than_default(database, tasks, target, default_latency: dict[str, float]):
     """A database holding each task's best record where it beats the task's default schedule;
@@ -15,7 +17,8 @@ def better_than_default(database, tasks, target, default_latency: dict[str, floa
     for task in tasks:
         name = str(task.task_name)
         record = database.query_tuning_record(task.dispatched[0], target, name)
-        latency = None if record is None else _record_seconds(record)
+        # the median, as the database ranks them: a re-measure on a busy machine is one of three
+        latency = None if record is None else record_latency(record.run_secs)
         if latency is None or latency >= default_latency[name]:
             continue
         used[name] = latency
@@ -30,9 +33,3 @@ def copy_record(database, mod, record) -> None:
     workload = database.commit_workload(mod)
     database.commit_tuning_record(ms.database.TuningRecord(record.trace, workload, record.run_secs, record.target,
                                                            record.args_info))
-
-
-def _record_seconds(record) -> float | None:
-    secs = [float(s) for s in (record.run_secs or [])]
-    ok = [s for s in secs if s < 1e9]  # MetaSchedule marks failed runs with 1e10
-    return sum(ok) / len(ok) if ok else None
