@@ -24,6 +24,16 @@ class VariantSearch(Protocol):
     def best(self) -> tuple[Any, float] | None: ...
 
 
+def fastest(measured: dict) -> tuple | None:
+    """(params, seconds) of the fastest right variant of `measured` (params -> seconds, None for
+    a variant that failed), ties broken by `params.describe()`; None if none ran right."""
+    done = [(seconds, params.describe(), params) for params, seconds in measured.items() if seconds is not None]
+    if not done:
+        return None
+    seconds, _, params = min(done)
+    return params, seconds
+
+
 class KernelFamily(ABC):
     """One family of kernels. `params` is the family's dataclass of parameters (one variant);
     `problem` is what `match` read off a task's TIR. Families are stateless: one instance each."""

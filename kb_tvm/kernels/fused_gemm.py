@@ -32,6 +32,10 @@ class GemmProblem:
     batch: int = 1  # GEMMs of this shape (the product of the leading axes)
     b_batched: bool = False  # a B for each (else one B for all)
 
+    def record(self) -> dict:
+        """The shape, for a kernels.jsonl row."""
+        return {"m": self.m, "n": self.n, "k": self.k, "batch": self.batch, "dtype": self.dtype}
+
     @property
     def gemm_shapes(self) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
         """A, B and C as the kernels take them: 2-D, a batch's matrices one after the other."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...schedules.cpu_gemm import STACK_BYTES, CpuGemmTile
+from ..family import fastest
 
 MAX_VECTORS = 4  # vectors of B a K step (cols = vectors x lanes)
 MAX_ROWS = 16
@@ -81,11 +82,7 @@ class VariantSearch:
 
     @property
     def best(self) -> tuple[CpuGemmTile, float] | None:
-        done = [(seconds, t.describe(), t) for t, seconds in self.measured.items() if seconds is not None]
-        if not done:
-            return None
-        seconds, _, tile = min(done)
-        return tile, seconds
+        return fastest(self.measured)
 
     def ask(self) -> CpuGemmTile | None:
         """The next variant in the prior's order, or None when the search is done."""

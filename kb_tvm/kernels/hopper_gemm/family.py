@@ -73,8 +73,7 @@ class HopperGemm(KernelFamily):
         return GemmTile(**row["tile"])
 
     def problem_record(self, problem: FusedGemm) -> dict:
-        p = problem.problem
-        return {"m": p.m, "n": p.n, "k": p.k, "batch": p.batch, "dtype": p.dtype}
+        return problem.problem.record()
 
 
 FAMILY = HopperGemm()

@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass, field, fields
 
 from ...schedules.hopper_gemm import SMS, GemmTile
+from ..family import fastest
 
 SM_SHARED_BYTES = 228 * 1024
 SM_REGISTERS = 65536
@@ -163,11 +164,7 @@ class VariantSearch:
 
     @property
     def best(self) -> tuple[GemmTile, float] | None:
-        done = [(seconds, t.describe(), t) for t, seconds in self.measured.items() if seconds is not None]
-        if not done:
-            return None
-        seconds, _, tile = min(done)
-        return tile, seconds
+        return fastest(self.measured)
 
     def ask(self) -> GemmTile | None:
         """The next variant to measure, or None when the search is done."""
