@@ -8,7 +8,8 @@ schedule of the task's own plain TIR (kb_tvm/kernels/fused_gemm.py's `FusedGemm.
   allocates it on the heap, where LLVM stores every accumulator at every K step (half the speed
   on a Zen 4).
 - With `pack_b`, B is copied on each call into panels [N / cols, K, cols], so that a block reads
-  its panel contiguously. A B[N, K] (a Linear layer's weight) needs it: read in place it costs
+  its panel contiguously; where N is no multiple of `cols` (GPT-2's 50257 words), the last panel
+  is padded with zero columns, which the epilogue does not store. A B[N, K] (a Linear layer's weight) needs it: read in place it costs
   strided loads across rows. A B[K, N] may not: its panel is `cols` contiguous floats a row.
 - The blocks are spread over the threads column panel outermost, so that the blocks a thread
   runs one after another read the same panel of B from its cache.
@@ -41,18 +42,24 @@ class CpuGemmTile:
     def describe(self) -> str:
         return f"rows={self.rows}, cols={self.cols}, pack_b={self.pack_b}"
 
-    def fits(self, n: int) -> str | None:
-        """Why the tile cannot compute a GEMM with `n` columns, or None."""
-        return None if n % self.cols == 0 else f"N={n} is not a multiple of cols={self.cols}"
-
 
 def schedule(func, tile: CpuGemmTile, b_layout: str):
     """`func` (main(..A.., ..B.., ..C..) with blocks "gemm" and "epilogue", B[K, N] for b_layout
-    "kn", B[N, K] for "nk") scheduled as `tile` says. A ScheduleError where TVM refuses it."""
+    "kn", B[N, K] for "nk") scheduled as `tile` says: a ScheduleError where TVM refuses it; a
+    ValueError for an unpacked B whose N is no multiple of `cols`."""
     from tvm import s_tir
 
     sch = s_tir.Schedule(func)
     gemm, epilogue = sch.get_sblock("gemm"), sch.get_sblock("epilogue")
+    n = int(sch.get(gemm).iter_vars[1].dom.extent)
+    padded = n % tile.cols != 0
+    b_name = "B"
+    if padded:  # B's last panel and the sums get zero columns, which the epilogue does not store
+        if not tile.pack_b:
+            raise ValueError(f"N={n} is no multiple of cols={tile.cols}: B must be packed")
+        sch.pad_einsum(gemm, [1, tile.cols, 1])
+        sch.compute_inline(sch.get_sblock("D_pad"))  # the epilogue reads the padded sums
+        b_name = "B_pad"
     i, j, k = sch.get_loops(gemm)
     i_outer, i_inner = sch.split(i, [None, tile.rows])
     j_outer, j_inner = sch.split(j, [None, tile.cols])
@@ -63,12 +70,13 @@ def schedule(func, tile: CpuGemmTile, b_layout: str):
     sch.vectorize(j_inner)
     sch.decompose_reduction(gemm, k)
     sch.reverse_compute_at(epilogue, blocks)
-    sch.vectorize(sch.get_loops(epilogue)[-1])
+    if not padded:  # a padded block's epilogue stores only the columns below N: not one vector
+        sch.vectorize(sch.get_loops(epilogue)[-1])
     if tile.pack_b:
         cols = tile.cols
-        # the update block's reads: its sums D, then A and B
-        b_index = [region.source.name for region in sch.get(gemm).reads].index("B")
-        packed = sch.cache_read(gemm, b_index, "global")
+        # the update block's reads: its sums, then A and B
+        b_index = [region.source.name for region in sch.get(gemm).reads].index(b_name)
+        packed = sch.get_sblock("B_pad") if padded else sch.cache_read(gemm, b_index, "global")
         if b_layout == "kn":
             sch.transform_layout(gemm, ("read", b_index), lambda kk, jj: (jj // cols, kk, jj % cols))
             sch.transform_block_layout(packed, lambda kk, jj: (jj // cols, kk, jj % cols))

@@ -34,11 +34,14 @@ def test_the_prior_asks_first_for_the_block_of_three_eighths_of_the_registers():
     assert variants(128, 768, "nk", AVX2)[0] == CpuGemmTile(rows=6, cols=8)
     # a GEMM of 4 rows: no block computes rows past them first
     assert variants(4, 768, "nk", AVX512)[0].rows == 4
+    # GPT-2's 50257 words: B's last panel is padded, so B is packed, the least padding first
+    vocabulary = variants(128, 50257, "kn", AVX512)
+    assert vocabulary[0] == CpuGemmTile(rows=12, cols=16) and all(t.pack_b for t in vocabulary)
 
 
 def test_bad_values_are_named():
-    with pytest.raises(ValueError, match="N=50257"):  # GPT-2's vocabulary: no block divides it
-        VariantSearch(rows=128, n=50257, b_layout="nk", unit=AVX512)
+    with pytest.raises(ValueError, match="rows=0, n=64"):
+        VariantSearch(rows=0, n=64, b_layout="nk", unit=AVX512)
     with pytest.raises(ValueError, match="patience=0"):
         VariantSearch(rows=128, n=768, b_layout="nk", unit=AVX512, patience=0)
     with pytest.raises(ValueError, match="b_layout='kk'"):
@@ -46,7 +49,7 @@ def test_bad_values_are_named():
     with pytest.raises(ValueError, match="rows=16, cols=16: 1024 bytes"):
         CpuGemmTile(rows=16, cols=16)
     with pytest.raises(ValueError, match="is not a variant of 128x64"):
-        VariantSearch(rows=128, n=64, b_layout="nk", unit=AVX512).tell(CpuGemmTile(rows=4, cols=48), 1.0)
+        VariantSearch(rows=128, n=64, b_layout="nk", unit=AVX512).tell(CpuGemmTile(rows=4, cols=24), 1.0)
 
 
 def test_the_search_stops_after_patience_measurements_without_a_gain():
@@ -133,15 +136,17 @@ def _run(kernel, arrays, target):
     return args[-1].numpy()
 
 
-@pytest.mark.parametrize(("b_layout", "tile"), [
-    ("kn", CpuGemmTile(rows=12, cols=16)), ("nk", CpuGemmTile(rows=12, cols=16)),
-    ("kn", CpuGemmTile(rows=4, cols=32, pack_b=False)), ("nk", CpuGemmTile(rows=1, cols=16)),
+@pytest.mark.parametrize(("b_layout", "n", "tile"), [
+    ("kn", 32, CpuGemmTile(rows=12, cols=16)), ("nk", 32, CpuGemmTile(rows=12, cols=16)),
+    ("kn", 32, CpuGemmTile(rows=4, cols=32, pack_b=False)), ("nk", 32, CpuGemmTile(rows=1, cols=16)),
+    ("kn", 50, CpuGemmTile(rows=12, cols=16)), ("nk", 50, CpuGemmTile(rows=4, cols=32)),
 ])
-def test_a_kernel_computes_its_task_also_with_a_block_past_a_s_last_row(b_layout, tile, llvm_target):
-    """Two matrices of 25 rows: a 12-row block computes 10 past them (a predicate keeps them out of C)."""
+def test_a_kernel_computes_its_task_also_with_blocks_past_the_last_row_and_column(b_layout, n, tile, llvm_target):
+    """Two matrices of 25 rows: a 12-row block computes 10 past them (a predicate keeps them out
+    of C). 50 columns: B's last panel is padded with zeros, and the epilogue stores 50."""
     from kb_tvm.kernels.cpu_gemm import FAMILY
 
-    m, n, k, batch = 25, 32, 40, 2
+    m, k, batch = 25, 40, 2
     fused = FAMILY.match(_linear(m, n, k, b_layout, batch=batch), llvm_target)
     rng = np.random.default_rng(0)
     a = rng.standard_normal((batch, m, k), dtype=np.float32)
@@ -176,3 +181,11 @@ def test_the_shared_search_finds_a_right_variant_and_resumes(llvm_target, tmp_pa
                         until=lambda: False, work_dir=tmp_path, earlier=rows)
     assert again.params == choice.params and len(read_rows(tmp_path)) == len(rows)  # nothing measured twice
 
+
+
+def test_an_unpacked_b_whose_n_the_block_does_not_divide_is_refused(llvm_target):
+    from kb_tvm.kernels.cpu_gemm import FAMILY
+
+    fused = FAMILY.match(_linear(25, 50, 40, "kn"), llvm_target)
+    with pytest.raises(ValueError, match="N=50 is no multiple of cols=16: B must be packed"):
+        FAMILY.build(fused, CpuGemmTile(rows=4, cols=16, pack_b=False), llvm_target, "linear")

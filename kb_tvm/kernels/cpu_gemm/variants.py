@@ -5,7 +5,7 @@ The order is a prior from a Zen 4 (AVX-512, 2 cores), where over 128x768x768, 12
 128x768x3072 and 512^3 the fastest register blocks held about 12 vector accumulators (12x16 won
 three of four; 4x32 and 6x32 were within 10%; 3x64 ran 15-30% behind): so blocks are asked for
 by how far their accumulator count is from 3/8 of the vector registers, fewer vectors a row
-first, and by the rows they would compute past the end of A. The search measures in that order
+first, and by the rows and columns they would compute past the ends of A and B. The search measures in that order
 and stops after `patience` measurements that did not beat the best by `min_gain`.
 """
 
@@ -34,25 +34,27 @@ class VectorUnit:
 
 def variants(rows: int, n: int, b_layout: str, unit: VectorUnit) -> list[CpuGemmTile]:
     """Every register block that fits the unit (its accumulators, the K step's B vectors and a
-    broadcast in the registers; on the stack) and divides N, for a GEMM of `rows` rows (a
-    batch's rows one after the other), in the prior's order. A B[K, N] may also be read unpacked."""
+    broadcast in the registers; on the stack), for a GEMM of `rows` rows (a batch's rows one
+    after the other) and `n` columns, in the prior's order. A B[K, N] whose N the block divides
+    may also be read unpacked."""
     out = []
     for vectors in range(1, MAX_VECTORS + 1):
         cols = vectors * unit.lanes
         for r in range(1, min(rows, MAX_ROWS) + 1):
-            if r * vectors + vectors + 1 > unit.registers or r * cols * 4 >= STACK_BYTES or n % cols:
+            if r * vectors + vectors + 1 > unit.registers or r * cols * 4 >= STACK_BYTES:
                 continue
             out.extend(CpuGemmTile(rows=r, cols=cols, pack_b=pack) for pack in
-                       ((True, False) if b_layout == "kn" else (True,)))
-    return sorted(out, key=lambda t: (prior(t, rows, unit), t.describe()))
+                       ((True, False) if b_layout == "kn" and n % cols == 0 else (True,)))
+    return sorted(out, key=lambda t: (prior(t, rows, n, unit), t.describe()))
 
 
-def prior(tile: CpuGemmTile, rows: int, unit: VectorUnit) -> float:
-    """Lower first: accumulators away from 3/8 of the registers, vectors a row, rows past A's end."""
+def prior(tile: CpuGemmTile, rows: int, n: int, unit: VectorUnit) -> float:
+    """Lower first: accumulators away from 3/8 of the registers, vectors a row, rows and columns
+    computed past A's and B's ends."""
     vectors = tile.cols // unit.lanes
     accumulators = tile.rows * vectors
-    padded = (-(-rows // tile.rows) * tile.rows - rows) / rows
-    return abs(accumulators - unit.registers * 3 / 8) + 0.5 * (vectors - 1) + 10 * padded + (0 if tile.pack_b else 0.25)
+    past = (-(-rows // tile.rows) * tile.rows - rows) / rows + (-(-n // tile.cols) * tile.cols - n) / n
+    return abs(accumulators - unit.registers * 3 / 8) + 0.5 * (vectors - 1) + 10 * past + (0 if tile.pack_b else 0.25)
 
 
 @dataclass
@@ -76,9 +78,9 @@ class VariantSearch:
             raise ValueError(f"min_gain={self.min_gain!r}: a fraction in [0, 1)")
         if self.b_layout not in ("kn", "nk"):
             raise ValueError(f"b_layout={self.b_layout!r}: 'kn' or 'nk'")
+        if self.rows < 1 or self.n < 1:
+            raise ValueError(f"rows={self.rows!r}, n={self.n!r}: a GEMM of at least one row and column")
         self.pool = variants(self.rows, self.n, self.b_layout, self.unit)
-        if not self.pool:
-            raise ValueError(f"no CPU GEMM variant fits N={self.n} (a multiple of {self.unit.lanes} lanes needed)")
 
     @property
     def best(self) -> tuple[CpuGemmTile, float] | None:
