@@ -120,3 +120,56 @@ def fp16_casts_to_bf16():
             return relax.op.astype(result, "bfloat16") if is_bf16(call) else result
 
     return over_relax_functions(CastsToBf16, "FP16CastsToBF16")
+
+
+def convolutions_as_gemms():
+    """Each 2-D convolution of one image (NCHW, OIHW, one group) as a GEMM: its weights
+    [CO, CI*KH*KW] times the image's patches [CI*KH*KW, OH*OW] (im2col: a pad, one strided slice
+    per kernel offset, stacked), reshaped back to [1, CO, OH, OW]. MetaSchedule's CPU rules tile
+    a convolution in NCHW without packing, far from the machine's peak; as a GEMM it is the CPU
+    GEMM family's (kernels/cpu_gemm), and the patches a copy MetaSchedule tunes like any other."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    conv2d = tvm.ir.Op.get("relax.nn.conv2d")
+
+    def ints(values) -> list[int]:
+        return [int(v) for v in values]
+
+    @mutator
+    class AsGemm(PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if not call.op.same_as(conv2d):
+                return call
+            attrs = call.attrs
+            x, w = call.args
+            layouts = (attrs.data_layout, attrs.kernel_layout, attrs.out_layout or attrs.data_layout)
+            static = all(isinstance(d, tvm.tirx.IntImm) for d in [*x.ty.shape.values, *w.ty.shape.values])
+            if int(attrs.groups) != 1 or layouts != ("NCHW", "OIHW", "NCHW") or not static:
+                return call
+            n, ci, _, _ = ints(x.ty.shape.values)
+            co, _, kh, kw = ints(w.ty.shape.values)
+            _, _, oh, ow = ints(call.ty.shape.values)
+            if n != 1 or str(call.ty.dtype) != str(x.ty.dtype):
+                return call
+            sh, sw = ints(attrs.strides)
+            dh, dw = ints(attrs.dilation)
+            top, left, bottom, right = ints(attrs.padding)
+            if top or left or bottom or right:
+                x = self.builder_.emit(relax.op.nn.pad(x, [0, 0, 0, 0, top, bottom, left, right]))
+            if (kh, kw, sh, sw) == (1, 1, 1, 1):
+                patches = relax.op.reshape(x, [ci, oh * ow])
+            else:
+                offsets = [relax.op.strided_slice(x, axes=[2, 3], begin=[i * dh, j * dw],
+                                                  end=[i * dh + (oh - 1) * sh + 1, j * dw + (ow - 1) * sw + 1],
+                                                  strides=[sh, sw])
+                           for i in range(kh) for j in range(kw)]
+                stacked = self.builder_.emit(relax.op.stack(offsets, axis=2))  # [1, CI, KH*KW, OH, OW]
+                patches = relax.op.reshape(stacked, [ci * kh * kw, oh * ow])
+            weights = relax.op.reshape(w, [co, ci * kh * kw])
+            product = self.builder_.emit(relax.op.matmul(weights, self.builder_.emit(patches)))
+            return relax.op.reshape(product, [1, co, oh, ow])
+
+    return over_relax_functions(AsGemm, "ConvolutionsAsGemms")

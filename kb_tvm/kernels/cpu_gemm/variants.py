@@ -5,8 +5,9 @@ The order is a prior from a Zen 4 (AVX-512, 2 cores), where over 128x768x768, 12
 128x768x3072 and 512^3 the fastest register blocks held about 12 vector accumulators (12x16 won
 three of four; 4x32 and 6x32 were within 10%; 3x64 ran 15-30% behind): so blocks are asked for
 by how far their accumulator count is from 3/8 of the vector registers, fewer vectors a row
-first, and by the rows and columns they would compute past the ends of A and B. The search measures in that order
-and stops after `patience` measurements that did not beat the best by `min_gain`.
+first, and by the rows and columns they would compute past the ends of A and B. The search
+measures in that order and stops after `patience` measurements that did not beat the best by
+`min_gain`.
 """
 
 from __future__ import annotations
