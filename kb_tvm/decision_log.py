@@ -3,6 +3,7 @@ crashed run's post-mortem) can read why the search did what it did."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -52,8 +53,17 @@ class DecisionLog:
             self.listener(record)
 
 
+# a file name may hold 255 bytes: a fused task's name can be longer (an im2col of 49 slices)
+MAX_STEM = 160
+
+
 def _stem(task_name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", task_name) or "task"
+    """The task's log file name without its ending: its name, cut and told apart by a hash of
+    the whole where it would not fit in a file name."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", task_name) or "task"
+    if len(stem) <= MAX_STEM:
+        return stem
+    return f"{stem[:MAX_STEM - 13]}-{hashlib.sha1(task_name.encode()).hexdigest()[:12]}"
 
 
 def read_log(path: str | Path) -> list[dict]:
