@@ -59,4 +59,3 @@ def test_kb_search_refuses_an_agent_that_cannot_choose_in_one_line():
 
     with pytest.raises(ValueError, match=r"agent='explore': must be a kb_tvm.agent.MacroPolicy \(a callable"):
         KBSearch(budget="30s", agent="explore")
-
