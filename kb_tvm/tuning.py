@@ -210,7 +210,9 @@ def tune_operator(
         tuning_budget.start()  # the rest of the job counts, MetaSchedule's own set-up included
         started = time.monotonic()
         template = None
-        if strategy in KB_STRATEGIES:  # before the pipeline's workers start: they would share the cores it times on
+        # the families' variants are timed here, before the pipeline's workers start: they would
+        # share the cores (the first variants ran 2-5x slow while the workers imported TVM)
+        if strategy in KB_STRATEGIES:
             template = template_region(workload, target, tuning_budget, work_dir, runner=runner,
                                        on_measured=lambda family, ms: recorder.add(family, [ms]), on_event=event)
             if template is not None:

@@ -8,9 +8,10 @@ schedule of the task's own plain TIR (kb_tvm/kernels/fused_gemm.py's `FusedGemm.
   allocates it on the heap, where LLVM stores every accumulator at every K step (half the speed
   on a Zen 4).
 - With `pack_b`, B is copied on each call into panels [N / cols, K, cols], so that a block reads
-  its panel contiguously; where N is no multiple of `cols` (GPT-2's 50257 words), the last panel
-  is padded with zero columns, which the epilogue does not store. A B[N, K] (a Linear layer's weight) needs it: read in place it costs
+  its panel contiguously. A B[N, K] (a Linear layer's weight) needs it: read in place it costs
   strided loads across rows. A B[K, N] may not: its panel is `cols` contiguous floats a row.
+  Where N is no multiple of `cols` (GPT-2's 50257 words), the last panel is padded with zero
+  columns, which the epilogue does not store.
 - The blocks are spread over the threads column panel outermost, so that the blocks a thread
   runs one after another read the same panel of B from its cache.
 - The epilogue (bias, GELU, residual) runs on each block as soon as its sums are done.
