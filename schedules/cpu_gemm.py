@@ -4,9 +4,9 @@ schedule of the task's own plain TIR (kb_tvm/kernels/fused_gemm.py's `FusedGemm.
 
 - A register block of `rows` x `cols` accumulators (`cols` a multiple of the vector width) is kept
   in registers over all of K: each K step broadcasts `rows` values of A and multiplies them with
-  cols / lanes vectors of B. The block's buffer must stay under TVM's stack limit (1 KB), or TVM
-  allocates it on the heap, where LLVM stores every accumulator at every K step (half the speed
-  on a Zen 4).
+  cols / lanes vectors of B. The block's buffer must be in `global` scope and under TVM's stack
+  limit (1 KB), or TVM allocates it on the heap, where LLVM stores every accumulator at every K
+  step (half the speed on a Zen 4).
 - With `pack_b`, B is copied on each call into panels [N / cols, K, cols], so that a block reads
   its panel contiguously. A B[N, K] (a Linear layer's weight) needs it: read in place it costs
   strided loads across rows. A B[K, N] may not: its panel is `cols` contiguous floats a row.
