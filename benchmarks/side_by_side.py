@@ -9,7 +9,8 @@ The runs go one after the other in one process, or with --side-by-side at the sa
 in its own process on its own GPU and an equal share of the CPU cores (two GPUs: kb on one, stock
 on the other, so neither sees a quieter machine). The JSON holds every anytime curve
 (best latency vs seconds), the re-timed best of each, and how long kb took to reach stock's
-final latency; beside it, every measured candidate of each run (`*-candidates.jsonl.gz`). It
+final latency; beside it, every measured candidate of each run (`*-candidates.jsonl.gz`; a kernel
+family's variants, which kb measures first, in `*-kernels.jsonl`). It
 is rewritten after every batch, so a run cut short keeps what it measured.
 """
 
@@ -78,6 +79,7 @@ def summarize(runs: dict[str, dict], kb_run: str = "kb", stock_run: str = "evolu
 @click.option("--cores", default=None, hidden=True, help="CPU cores to run on, comma-separated (side-by-side parts).")
 @click.option("--out", type=click.Path(dir_okay=False), required=True, help="JSON results file.")
 def main(workloads, budget, target, order, trials_per_batch, seed, side_by_side, cores, out) -> None:
+    from kb_tvm.kernels.task_search import FILE_NAME as KERNELS_FILE
     from kb_tvm.measure.candidate_log import FILE_NAME, CandidateLog
     from kb_tvm.measure.targets import make_target
     from kb_tvm.tuning import PIPELINES, STRATEGIES, tune_operator
@@ -134,6 +136,9 @@ def main(workloads, budget, target, order, trials_per_batch, seed, side_by_side,
                 candidates = CandidateLog(Path(work_dir, FILE_NAME))  # kept as data (the replay env's)
                 if candidates.path.exists():
                     candidates.compress_to(out_path.with_name(f"{beside}-candidates.jsonl.gz"))
+                variants = Path(work_dir, KERNELS_FILE)  # a kernel family's, counted in the run's trials
+                if variants.exists():
+                    out_path.with_name(f"{beside}-{KERNELS_FILE}").write_text(variants.read_text())
             runs[label] = {**result.to_json(), "done": True, "tuning_from": tuning_from, "tuning_to": tuning_to}
             save()
             click.echo(f"{name} {label}: final {result.final_ms} ms, {result.trials} trials, "
