@@ -1,5 +1,6 @@
 """The Hopper GEMM template (schedules/hopper_gemm.py, TMA + wgmma on sm_90a) as a `KernelFamily`:
-a task read as a fused GEMM over fp16 or bf16 (fused_gemm.py), its variants in order of expected gain (variants.py)."""
+a task read as a fused GEMM over fp16 or bf16 (fused_gemm.py), its variants in order of expected
+gain (variants.py)."""
 
 from __future__ import annotations
 
