@@ -78,12 +78,10 @@ def schedule(func, tile: CpuGemmTile, b_layout: str):
         # the update block's reads: its sums, then A and B
         b_index = [region.source.name for region in sch.get(gemm).reads].index(b_name)
         packed = sch.get_sblock("B_pad") if padded else sch.cache_read(gemm, b_index, "global")
-        if b_layout == "kn":
-            sch.transform_layout(gemm, ("read", b_index), lambda kk, jj: (jj // cols, kk, jj % cols))
-            sch.transform_block_layout(packed, lambda kk, jj: (jj // cols, kk, jj % cols))
-        else:
-            sch.transform_layout(gemm, ("read", b_index), lambda jj, kk: (jj // cols, kk, jj % cols))
-            sch.transform_block_layout(packed, lambda jj, kk: (jj // cols, kk, jj % cols))
+        panels = (lambda kk, jj: (jj // cols, kk, jj % cols)) if b_layout == "kn" else \
+            (lambda jj, kk: (jj // cols, kk, jj % cols))
+        sch.transform_layout(gemm, ("read", b_index), panels)
+        sch.transform_block_layout(packed, panels)  # its loops follow the panels: contiguous writes
         panel, _, lane = sch.get_loops(packed)
         sch.parallel(panel)
         sch.vectorize(lane)

@@ -80,9 +80,8 @@ class FusedGemm:
 
     def kernel(self, tile, symbol: str):
         """The Hopper template's kernel (schedules/hopper_gemm.py) for this task and variant,
-        exported as `symbol`. It takes the task's
-        parameters in the task's order, A, B and C as 2-D (the caller reshapes them: a view), the
-        others as they are."""
+        exported as `symbol`. It takes the task's parameters in the task's order, A, B and C as 2-D
+        (the caller reshapes them: a view), the others as they are."""
         from ..schedules.hopper_gemm import gemm
 
         p = self.problem
@@ -300,7 +299,7 @@ def _rebuild(expr, coords: dict, computed: list, inputs: list, axes: list):
                 if e.source.same_as(buf):
                     if not at_this_element(e):
                         raise NotAGemm(f"the epilogue reads {buf.name} at {list(e.indices)}, not at the "
-                                             "element it computes (a transpose or shift is not elementwise)")
+                                       "element it computes (a transpose or shift is not elementwise)")
                     return value
             source = next((mine for theirs, mine in inputs if e.source.same_as(theirs)), e.source)
             indices = [go(i) for i in e.indices]
@@ -378,7 +377,7 @@ def match_fused_gemm(mod, *, input_dtypes: tuple[str, ...], output_dtypes: tuple
     (a, b), c = block.reads, block.writes[0]
     if _indices(c) != [*lead, i, j] or _indices(a)[-2:] != [i, r] or len(a.source.shape) != spatial:
         raise NotAGemm(f"indexed as {c.source.name}{_indices(c)} = {a.source.name}{_indices(a)} x ...: "
-                             "the kernels compute C[i, j] from A[i, k]")
+                       "the kernels compute C[i, j] from A[i, k]")
     if batch > 1 and _indices(a) != [*lead, i, r]:
         raise NotAGemm(f"A indexed as {a.source.name}{_indices(a)}: a batched GEMM reads A[batch.., i, k]")
     b_index = _indices(b)
@@ -411,11 +410,11 @@ def match_fused_gemm(mod, *, input_dtypes: tuple[str, ...], output_dtypes: tuple
         body = after.body
         if kinds_of(after) != [SPATIAL] * spatial or [int(iv.dom.extent) for iv in after.iter_vars] != shape:
             raise NotAGemm(f"block {after.name_hint!r} after the GEMM is not elementwise over its {shape} "
-                                 "output (the kernels fuse elementwise epilogues)")
+                           "output (the kernels fuse elementwise epilogues)")
         if type(body).__name__ != "BufferStore" or len(after.writes) != 1 or \
                 _indices(after.writes[0]) != [str(iv.var) for iv in after.iter_vars]:
             raise NotAGemm(f"block {after.name_hint!r} after the GEMM does not store one element per "
-                                 "output element")
+                           "output element")
         if any(out.same_as(p) for p in params):
             raise NotAGemm(f"{out.name} is an output and also read after the GEMM (two outputs)")
         out = after.writes[0].source
