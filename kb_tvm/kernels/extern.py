@@ -12,7 +12,9 @@ class ExternKernel:
     its parameters in, the output last. By default it takes all of the task's inputs and computes
     its output. With `then` (a split-K kernel), it takes the inputs at `takes` and computes an
     intermediate, and `then`, a PrimFunc the build compiles and schedules as its own, computes the
-    task's output from that and the task's other inputs (shapes: `then_shapes`)."""
+    task's output from that and the task's other inputs (shapes: `then_shapes`). `packs`: (the
+    index of a task's input, main(input, packed)) for each input the kernel takes in a layout of
+    its own (a convolution's weights); the build packs a constant input once, at compile time."""
 
     task: str
     symbol: str
@@ -23,6 +25,11 @@ class ExternKernel:
     takes: tuple | None = None  # which of the task's inputs `func` takes (None: all, in order)
     then: object | None = None
     then_shapes: tuple = ()
+    packs: tuple = ()
+
+    def __post_init__(self) -> None:
+        if self.packs and (self.then is not None or self.takes is not None):
+            raise ValueError(f"kernel {self.symbol}: packed inputs with `then` or `takes` are not supported")
 
     @property
     def then_symbol(self) -> str:
@@ -70,6 +77,7 @@ def use_kernels(mod, kernels: list[ExternKernel]):
         def __init__(self, mod):
             super().__init__(mod)
             self.then = {}  # task -> the GlobalVar of its kernel's `then`, added once
+            self.packs = {}  # (task, input) -> the GlobalVar of its packing, added once
 
         def visit_call_(self, call):
             call = super().visit_call_(call)
@@ -79,7 +87,9 @@ def use_kernels(mod, kernels: list[ExternKernel]):
             given, out = list(call.args[1].fields), call.ty
             takes = kernel.takes if kernel.takes is not None else range(len(given))
             *inputs, out_shape = kernel.shapes
-            args = [self._as(given[i], shape) for i, shape in zip(takes, inputs)]
+            packs = dict(kernel.packs)
+            args = [self._packed(kernel, i, packs[i], given[i], shape) if i in packs else self._as(given[i], shape)
+                    for i, shape in zip(takes, inputs)]
             out_dtype = "float32" if kernel.then is not None else out.dtype  # the partial sums are fp32
             result = self.builder_.emit(relax.call_dps_packed(
                 relax.ExternFunc(kernel.symbol), relax.Tuple(args), relax.TensorType(list(out_shape), out_dtype)))
@@ -95,6 +105,16 @@ def use_kernels(mod, kernels: list[ExternKernel]):
                 out_shape = then_out
             return result if _dims(out.shape) == tuple(out_shape) else relax.op.reshape(result, out.shape)
 
+        def _packed(self, kernel, index, pack, arg, shape):
+            """`arg` as the kernel takes it: a call of its packing, computed at compile time
+            where `arg` is a constant."""
+            key = (kernel.task, index)
+            if key not in self.packs:
+                name = f"{kernel.symbol}_pack{index}"
+                self.packs[key] = self.builder_.add_func(pack.with_attr("global_symbol", name), name)
+            return self.builder_.emit(relax.call_tir(self.packs[key], relax.Tuple([arg]),
+                                                     relax.TensorType(list(shape), arg.ty.dtype)))
+
         def _as(self, arg, shape):
             return arg if _dims(arg.ty.shape) == tuple(shape) else \
                 self.builder_.emit(relax.op.reshape(arg, shape))
@@ -104,8 +124,10 @@ def use_kernels(mod, kernels: list[ExternKernel]):
         if isinstance(func, relax.Function):
             rewrite.builder_.update_func(gv, rewrite.visit_expr(func))
     rewritten = rewrite.builder_.get()
-    return tvm.IRModule({gv: func for gv, func in rewritten.functions.items() if gv.name_hint not in by_task},
-                        attrs=mod.attrs)
+    out = tvm.IRModule({gv: func for gv, func in rewritten.functions.items() if gv.name_hint not in by_task},
+                       attrs=mod.attrs)
+    # a constant input (a model's weights) is packed here, once, not on each call
+    return relax.transform.FoldConstant()(out) if rewrite.packs else out
 
 
 def _dims(shape) -> tuple[int, ...]:

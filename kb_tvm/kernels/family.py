@@ -34,6 +34,39 @@ def fastest(measured: dict) -> tuple | None:
     return params, seconds
 
 
+class PatientSearch:
+    """Ask/tell over `pool` (variants in the order to measure them) that stops after `patience`
+    measurements that did not beat the best by `min_gain`; a failed variant (None) is never the
+    best. `what` names the problem in errors."""
+
+    def __init__(self, pool: list, *, patience: int = 4, min_gain: float = 0.02, what: str = "this problem"):
+        if patience < 1:
+            raise ValueError(f"patience={patience!r}: at least 1 measurement")
+        if not 0 <= min_gain < 1:
+            raise ValueError(f"min_gain={min_gain!r}: a fraction in [0, 1)")
+        self.pool, self.patience, self.min_gain, self.what = list(pool), patience, min_gain, what
+        self.measured: dict[Any, float | None] = {}
+        self.since_gain = 0  # measurements since the best last improved by min_gain
+
+    @property
+    def best(self) -> tuple[Any, float] | None:
+        return fastest(self.measured)
+
+    def ask(self) -> Any | None:
+        """The next variant in the pool's order, or None when the search is done."""
+        if self.since_gain >= self.patience and self.best is not None:
+            return None
+        return next((v for v in self.pool if v not in self.measured), None)
+
+    def tell(self, params: Any, seconds: float | None) -> None:
+        if params not in self.pool:
+            raise ValueError(f"{type(params).__name__}({params.describe()}) is not a variant of {self.what}")
+        best = self.best
+        self.measured[params] = seconds
+        gained = seconds is not None and (best is None or seconds < best[1] * (1 - self.min_gain))
+        self.since_gain = 0 if gained else self.since_gain + 1
+
+
 class KernelFamily(ABC):
     """One family of kernels. `params` is the family's dataclass of parameters (one variant);
     `problem` is what `match` read off a task's TIR. Families are stateless: one instance each."""

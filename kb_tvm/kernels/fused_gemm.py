@@ -404,22 +404,7 @@ def match_fused_gemm(mod, *, input_dtypes: tuple[str, ...], output_dtypes: tuple
     for name, buf in (("A", a.source), ("B", b.source)):
         if not any(buf.same_as(p) for p in params):
             raise NotAGemm(f"{name} ({buf.name}) is computed inside the task, not one of its inputs")
-    shape = [int(d) for d in c.source.shape]
-    out = c.source
-    for after in epilogue:
-        body = after.body
-        if kinds_of(after) != [SPATIAL] * spatial or [int(iv.dom.extent) for iv in after.iter_vars] != shape:
-            raise NotAGemm(f"block {after.name_hint!r} after the GEMM is not elementwise over its {shape} "
-                           "output (the kernels fuse elementwise epilogues)")
-        if type(body).__name__ != "BufferStore" or len(after.writes) != 1 or \
-                _indices(after.writes[0]) != [str(iv.var) for iv in after.iter_vars]:
-            raise NotAGemm(f"block {after.name_hint!r} after the GEMM does not store one element per "
-                           "output element")
-        if any(out.same_as(p) for p in params):
-            raise NotAGemm(f"{out.name} is an output and also read after the GEMM (two outputs)")
-        out = after.writes[0].source
-    if not any(out.same_as(p) for p in params) or not params[-1].same_as(out):
-        raise NotAGemm(f"the last block's {out.name} is not the task's output")
+    out = epilogue_output(c.source, epilogue, params, "GEMM", NotAGemm)
     out_dtype = str(out.dtype)
     if out_dtype not in output_dtypes:
         raise NotAGemm(f"output {out_dtype}: the family writes {', '.join(output_dtypes)}")
@@ -428,6 +413,29 @@ def match_fused_gemm(mod, *, input_dtypes: tuple[str, ...], output_dtypes: tuple
                       func=func, a=a.source, b=b.source, c=out, gemm_out=c.source, epilogue=tuple(epilogue))
     _check_epilogue(fused)
     return fused
+
+
+def epilogue_output(first, epilogue: list, params: list, what: str, refusal: type[NotApplicable]):
+    """The task's output buffer, after `epilogue` (the blocks after the reduction that writes
+    `first`): each must be elementwise over `first`'s shape and store one element per element, and
+    the last must store the task's output (its last parameter); else `refusal` says why."""
+    shape = [int(d) for d in first.shape]
+    out = first
+    for after in epilogue:
+        if [int(iv.iter_type) for iv in after.iter_vars] != [SPATIAL] * len(shape) or \
+                [int(iv.dom.extent) for iv in after.iter_vars] != shape:
+            raise refusal(f"block {after.name_hint!r} after the {what} is not elementwise over its {shape} "
+                          "output (the kernels fuse elementwise epilogues)")
+        if type(after.body).__name__ != "BufferStore" or len(after.writes) != 1 or \
+                _indices(after.writes[0]) != [str(iv.var) for iv in after.iter_vars]:
+            raise refusal(f"block {after.name_hint!r} after the {what} does not store one element per "
+                          "output element")
+        if any(out.same_as(p) for p in params):
+            raise refusal(f"{out.name} is an output and also read after the {what} (two outputs)")
+        out = after.writes[0].source
+    if not any(out.same_as(p) for p in params) or not params[-1].same_as(out):
+        raise refusal(f"the last block's {out.name} is not the task's output")
+    return out
 
 
 def _check_epilogue(fused: FusedGemm) -> None:

@@ -123,6 +123,7 @@ def _measure(family: KernelFamily, problem, params, target, device, inputs, refe
     try:
         kernel = family.build(problem, params, target, name)
         steps = _compile(kernel, target)
+        packers = {i: _compile_one(pack, target) for i, pack in kernel.packs}
     # TVM's rejections (ScheduleError, InternalError) and nvcc's "Compilation error" are RuntimeErrors:
     # the variant failed; a TypeError or the like from the family's own code propagates
     except (RuntimeError, TimeoutError) as err:
@@ -131,7 +132,7 @@ def _measure(family: KernelFamily, problem, params, target, device, inputs, refe
     row["build_s"] = time.perf_counter() - started
     started = time.perf_counter()
     for arrays, expected in zip(inputs, references):
-        calls = _arguments(kernel, arrays, device)
+        calls = _arguments(kernel, arrays, device, packers)
         for (library, symbol), args in zip(steps, calls):
             library[symbol](*args)
         got = calls[-1][-1].numpy().astype(np.float32).reshape(expected.shape)
@@ -164,12 +165,29 @@ def _compile(kernel, target) -> list[tuple[object, str]]:
     return steps
 
 
-def _arguments(kernel, arrays, device) -> list[list]:
-    """Each kernel's arguments on the device from the task's arrays (its output last)."""
+def _compile_one(func, target):
+    import tvm
+
+    with target:
+        return tvm.compile(tvm.IRModule({"main": func}), target=target).mod
+
+
+def _arguments(kernel, arrays, device, packers: dict) -> list[list]:
+    """Each kernel's arguments on the device from the task's arrays (its output last); the inputs
+    it takes packed (`packers`: index -> its packing, compiled) packed before, untimed, as the
+    build packs constant weights once."""
     import tvm
 
     if kernel.then is None:
-        return [[tvm.runtime.tensor(a.reshape(shape), device) for a, shape in zip(arrays, kernel.shapes)]]
+        args = []
+        for i, (a, shape) in enumerate(zip(arrays, kernel.shapes)):
+            if i in packers:
+                packed = tvm.runtime.empty(list(shape), str(a.dtype), device)
+                packers[i]["main"](tvm.runtime.tensor(a, device), packed)
+                args.append(packed)
+            else:
+                args.append(tvm.runtime.tensor(a.reshape(shape), device))
+        return [args]
     *inputs, output = arrays
     partials = tvm.runtime.empty(list(kernel.shapes[-1]), "float32", device)
     first = [tvm.runtime.tensor(inputs[i].reshape(shape), device) for i, shape in zip(kernel.takes, kernel.shapes)]

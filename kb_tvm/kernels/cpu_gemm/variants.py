@@ -12,10 +12,10 @@ measures in that order and stops after `patience` measurements that did not beat
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ...schedules.cpu_gemm import STACK_BYTES, CpuGemmTile
-from ..family import fastest
+from ..family import PatientSearch
 
 # vectors of B a K step (cols = vectors x lanes): a power of two, as LLVM lowers a vector of 3 x 16
 # floats badly (4x48 blocks ran 10x slower than 6x32 ones on the Zen 4)
@@ -60,45 +60,14 @@ def prior(tile: CpuGemmTile, rows: int, n: int, unit: VectorUnit) -> float:
     return abs(accumulators - unit.registers * 3 / 8) + 0.5 * (vectors - 1) + 10 * past + (0 if tile.pack_b else 0.25)
 
 
-@dataclass
-class VariantSearch:
-    """Ask/tell over the variants of one GEMM (`rows` x `n`, B laid out as `b_layout`). `tell`
-    takes seconds, or None for a variant that failed (built wrong, computed wrong)."""
+class VariantSearch(PatientSearch):
+    """The search over the variants of one GEMM (`rows` x `n`, B laid out as `b_layout`)."""
 
-    rows: int
-    n: int
-    b_layout: str
-    unit: VectorUnit
-    patience: int = 4
-    min_gain: float = 0.02
-    measured: dict[CpuGemmTile, float | None] = field(default_factory=dict)
-    since_gain: int = 0  # measurements since the best last improved by min_gain
-
-    def __post_init__(self) -> None:
-        if self.patience < 1:
-            raise ValueError(f"patience={self.patience!r}: at least 1 measurement")
-        if not 0 <= self.min_gain < 1:
-            raise ValueError(f"min_gain={self.min_gain!r}: a fraction in [0, 1)")
-        if self.b_layout not in ("kn", "nk"):
-            raise ValueError(f"b_layout={self.b_layout!r}: 'kn' or 'nk'")
-        if self.rows < 1 or self.n < 1:
-            raise ValueError(f"rows={self.rows!r}, n={self.n!r}: a GEMM of at least one row and column")
-        self.pool = variants(self.rows, self.n, self.b_layout, self.unit)
-
-    @property
-    def best(self) -> tuple[CpuGemmTile, float] | None:
-        return fastest(self.measured)
-
-    def ask(self) -> CpuGemmTile | None:
-        """The next variant in the prior's order, or None when the search is done."""
-        if self.since_gain >= self.patience and self.best is not None:
-            return None
-        return next((t for t in self.pool if t not in self.measured), None)
-
-    def tell(self, tile: CpuGemmTile, seconds: float | None) -> None:
-        if tile not in self.pool:
-            raise ValueError(f"CpuGemmTile({tile.describe()}) is not a variant of {self.rows}x{self.n}")
-        best = self.best
-        self.measured[tile] = seconds
-        gained = seconds is not None and (best is None or seconds < best[1] * (1 - self.min_gain))
-        self.since_gain = 0 if gained else self.since_gain + 1
+    def __init__(self, *, rows: int, n: int, b_layout: str, unit: VectorUnit, patience: int = 4,
+                 min_gain: float = 0.02) -> None:
+        if b_layout not in ("kn", "nk"):
+            raise ValueError(f"b_layout={b_layout!r}: 'kn' or 'nk'")
+        if rows < 1 or n < 1:
+            raise ValueError(f"rows={rows!r}, n={n!r}: a GEMM of at least one row and column")
+        self.rows, self.n, self.b_layout, self.unit = rows, n, b_layout, unit
+        super().__init__(variants(rows, n, b_layout, unit), patience=patience, min_gain=min_gain, what=f"{rows}x{n}")

@@ -1,0 +1,65 @@
+"""The CPU convolution template (schedules/cpu_conv.py) as a `KernelFamily`: an fp32 NCHW task read
+as a fused convolution (fused_conv.py), its variants in the prior's order (variants.py). Its
+kernels take their weights packed: the build packs the model's weights once."""
+
+from __future__ import annotations
+
+from ..cpu_gemm.family import vector_unit
+from ..family import KernelFamily, NotApplicable
+from ..fused_conv import FusedConv, match_fused_conv
+
+
+class CpuConv(KernelFamily):
+    name = "cpu_conv"
+    source = "schedules/cpu_conv.py"
+    tolerance = 1e-3  # fp32 sums in another order, as the GEMM family's
+    shows_refusals_of = "conv2d"
+
+    def applies(self, target, precision: str | None = None) -> str | None:
+        if target.kind.name != "llvm":
+            return "needs an llvm (CPU) target"
+        if precision not in (None, "fp32"):
+            return f"precision {precision}: the template computes fp32"
+        return None
+
+    def match(self, mod, target) -> FusedConv:
+        return match_fused_conv(mod)
+
+    def variants(self, problem: FusedConv, target):
+        from .variants import VariantSearch
+
+        search = VariantSearch(pixels=problem.problem.pixels, channels=problem.problem.out_channels,
+                               unit=vector_unit(target))
+        if not search.pool:
+            raise NotApplicable(f"no register block divides {problem.problem.pixels} pixels x "
+                                f"{problem.problem.out_channels} channels")
+        return search
+
+    def build(self, problem: FusedConv, params, target, task: str):
+        from ...schedules.cpu_conv import schedule, weight_packing
+        from ..extern import ExternKernel
+
+        symbol = f"kb_cpu_conv_{task}"
+        func = schedule(problem.reference(symbol), params)
+        co, ci, kh, kw = problem.problem.weight_shape
+        packed = (co // params.cols, ci, kh, kw, params.cols)
+        return ExternKernel(task=task, symbol=symbol, func=func.with_attr("global_symbol", symbol),
+                            shapes=tuple(problem.kernel_shapes(packed)), pipeline="default",
+                            packs=((problem.weight_index, weight_packing(problem.problem.weight_shape, params.cols)),))
+
+    def describe(self, params) -> str:
+        return params.describe()
+
+    def record(self, params) -> dict:
+        return {"tile": {"rows": params.rows, "cols": params.cols}}
+
+    def from_record(self, row: dict):
+        from ...schedules.cpu_conv import CpuConvTile
+
+        return CpuConvTile(**row["tile"])
+
+    def problem_record(self, problem: FusedConv) -> dict:
+        return problem.problem.record()
+
+
+FAMILY = CpuConv()
