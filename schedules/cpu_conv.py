@@ -9,9 +9,9 @@ output channels], then "epilogue").
   offsets stay loop-invariant), and multiplies them with cols / lanes vectors of weights. As in
   the GEMM template, the block's sums are in `global` scope and under 1 KB, or TVM puts them on
   the heap.
-- The kernel takes its weights packed as `packed_weights` says, [CO / cols, CI, KH, KW, cols],
-  so that a K step's weights are contiguous vectors. The model's weights are constants: the build
-  packs them once (kb_tvm/kernels/extern.py), not each call.
+- The kernel reads its weights packed as `packed_weights` says, [CO / cols, CI, KH, KW, cols],
+  so that a K step's weights are contiguous vectors: `prepacked` (a model's constant weights,
+  which the build packs once: kb_tvm/kernels/extern.py), or copied so on each call.
 - The blocks run across threads output-channel panel first, so that the blocks a thread runs one
   after another read the same weights from its cache.
 - The epilogue (bias, residual, ReLU) runs on each block as its sums are done, storing NCHW.
@@ -21,13 +21,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .cpu_gemm import STACK_BYTES
+from .cpu_gemm import STACK_BYTES, packing, take_packed
 
 
 @dataclass(frozen=True)
 class CpuConvTile:
     rows: int  # output pixels of the register block: input values broadcast per K step
     cols: int  # output channels of the register block, a multiple of the vector width
+    prepacked: bool = False  # the kernel takes its weights packed, else it packs them each call
 
     def __post_init__(self) -> None:
         if self.rows < 1 or self.cols < 1:
@@ -37,7 +38,7 @@ class CpuConvTile:
                              f"accumulators, not under the {STACK_BYTES} that stay on the stack")
 
     def describe(self) -> str:
-        return f"rows={self.rows}, cols={self.cols}"
+        return f"rows={self.rows}, cols={self.cols}" + (", prepacked" if self.prepacked else "")
 
 
 def packed_weights(cols: int):
@@ -47,8 +48,8 @@ def packed_weights(cols: int):
 
 def schedule(func, tile: CpuConvTile):
     """`func` (main(X, W, .., Out) with blocks "conv" into D[pixels, channels] and "epilogue", and
-    "pad" where it pads) scheduled as `tile` says; W is then taken packed (`packed_weights`). A
-    ValueError where the tile does not divide the pixels or the channels."""
+    "pad" where it pads) scheduled as `tile` says (prepacked: W is then taken as `packed_weights`
+    lays it out). A ValueError where the tile does not divide the pixels or the channels."""
     from tvm import s_tir
 
     sch = s_tir.Schedule(func)
@@ -66,29 +67,12 @@ def schedule(func, tile: CpuConvTile):
     sch.vectorize(o_inner)
     sch.decompose_reduction(conv, k[0])
     sch.reverse_compute_at(epilogue, blocks)
-    w_index = [region.source.name for region in sch.get(conv).reads].index("W")
-    sch.transform_layout(conv, ("read", w_index), packed_weights(tile.cols))
+    take_packed(sch, conv, "W", packed_weights(tile.cols), prepacked=tile.prepacked)
     if any(sch.get(b).name_hint == "pad" for b in sch.get_child_blocks(sch.get_sblock("root"))):
         sch.parallel(sch.get_loops(sch.get_sblock("pad"))[0])  # else it reads X in place
     return sch.mod["main"]
 
 
 def weight_packing(shape: tuple[int, int, int, int], cols: int):
-    """main(W, W_packed): W[CO, CI, KH, KW] copied as `packed_weights` lays it out (what the build
-    folds into the model's constants, and the variant search runs on a task's weights)."""
-    from tvm import s_tir
-    from tvm.script import tirx as T
-
-    # fmt: off
-    @T.prim_func(s_tir=True)
-    def main(w: T.handle, packed: T.handle):
-        W = T.match_buffer(w, shape, "float32")
-        P = T.match_buffer(packed, shape, "float32")
-        for o, c, r, s in T.grid(*shape):
-            with T.sblock("pack"):
-                vo, vc, vr, vs = T.axis.remap("SSSS", [o, c, r, s])
-                P[vo, vc, vr, vs] = W[vo, vc, vr, vs]
-    # fmt: on
-    sch = s_tir.Schedule(main)
-    sch.transform_layout(sch.get_sblock("pack"), ("write", 0), packed_weights(cols))
-    return sch.mod["main"]
+    """main(W, W_packed): W[CO, CI, KH, KW] as `packed_weights` lays it out."""
+    return packing(shape, packed_weights(cols))

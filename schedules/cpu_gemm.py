@@ -7,8 +7,8 @@ schedule of the task's own plain TIR (kb_tvm/kernels/fused_gemm.py's `FusedGemm.
   cols / lanes vectors of B. The block's buffer must be in `global` scope and under TVM's stack
   limit (1 KB), or TVM allocates it on the heap, where LLVM stores every accumulator at every K
   step (half the speed on a Zen 4).
-- With `pack_b`, B is copied on each call into panels [N / cols, K, cols], so that a block reads
-  its panel contiguously. A B[N, K] (a Linear layer's weight) needs it: read in place it costs
+- With `pack_b`, B is read from panels [N / cols, K, cols], so that a block reads its panel
+  contiguously: copied on each call, or `prepacked` (a model's constant B, packed once at build). A B[N, K] (a Linear layer's weight) needs it: read in place it costs
   strided loads across rows. A B[K, N] may not: its panel is `cols` contiguous floats a row.
   Where N is no multiple of `cols` (GPT-2's 50257 words), the last panel is padded with zero
   columns, which the epilogue does not store.
@@ -29,9 +29,12 @@ STACK_BYTES = 1024
 class CpuGemmTile:
     rows: int  # rows of the register block: values of A broadcast per K step
     cols: int  # columns of the register block, a multiple of the vector width
-    pack_b: bool = True  # copy B into [N / cols, K, cols] panels on each call
+    pack_b: bool = True  # read B from [N / cols, K, cols] panels
+    prepacked: bool = False  # the kernel takes B as panels (the build packs a constant B once), else copies it each call
 
     def __post_init__(self) -> None:
+        if self.prepacked and not self.pack_b:
+            raise ValueError("prepacked=True needs pack_b=True: it is how B's panels reach the kernel")
         if self.rows < 1:
             raise ValueError(f"rows={self.rows!r}: at least 1")
         if self.cols < 1:
@@ -41,7 +44,41 @@ class CpuGemmTile:
                              f"accumulators, not under the {STACK_BYTES} that stay on the stack")
 
     def describe(self) -> str:
-        return f"rows={self.rows}, cols={self.cols}, pack_b={self.pack_b}"
+        return f"rows={self.rows}, cols={self.cols}, pack_b={self.pack_b}" + (", prepacked" if self.prepacked else "")
+
+
+def panels(b_layout: str, cols: int):
+    """The index map from B[k, j] ("kn") or B[j, k] ("nk") to its panels [j // cols, k, j % cols]."""
+    return (lambda kk, jj: (jj // cols, kk, jj % cols)) if b_layout == "kn" else \
+        (lambda jj, kk: (jj // cols, kk, jj % cols))
+
+
+def take_packed(sch, block, buffer: str, index_map, *, prepacked: bool) -> None:
+    """`block` reads input `buffer` in `index_map`'s layout: prepacked, the kernel takes it so (the
+    build packs it: `packing`); else the kernel copies it so on each call, the copy's outer loop
+    across the threads and its last one a vector."""
+    index = [region.source.name for region in sch.get(block).reads].index(buffer)
+    if prepacked:
+        sch.transform_layout(block, ("read", index), index_map)
+        return
+    packed = sch.cache_read(block, index, "global")
+    sch.transform_layout(block, ("read", index), index_map)
+    sch.transform_block_layout(packed, index_map)  # its loops follow the packed layout: contiguous writes
+    outer, *_, lane = sch.get_loops(packed)
+    sch.parallel(outer)
+    sch.vectorize(lane)
+
+
+def packing(shape: tuple[int, ...], index_map, dtype: str = "float32"):
+    """main(X, X_packed): X of `shape` copied into `index_map`'s layout, what the build runs once
+    on a constant input a kernel takes prepacked (and the variant search on the task's input)."""
+    from tvm import s_tir, te
+
+    source = te.placeholder(shape, dtype, name="X")
+    copy = te.compute(shape, lambda *i: source(*i), name="pack")
+    sch = s_tir.Schedule(te.create_prim_func([source, copy]))
+    sch.transform_layout(sch.get_sblock("pack"), ("write", 0), index_map)
+    return sch.mod["main"]
 
 
 def schedule(func, tile: CpuGemmTile, b_layout: str):
@@ -56,8 +93,8 @@ def schedule(func, tile: CpuGemmTile, b_layout: str):
     padded = n % tile.cols != 0
     b_name = "B"
     if padded:  # B's last panel and the sums get zero columns, which the epilogue does not store
-        if not tile.pack_b:
-            raise ValueError(f"N={n} is no multiple of cols={tile.cols}: B must be packed")
+        if not tile.pack_b or tile.prepacked:
+            raise ValueError(f"N={n} is no multiple of cols={tile.cols}: B must be packed on each call")
         sch.pad_einsum(gemm, [1, tile.cols, 1])
         sch.compute_inline(sch.get_sblock("D_pad"))  # the epilogue reads the padded sums
         b_name = "B_pad"
@@ -73,16 +110,15 @@ def schedule(func, tile: CpuGemmTile, b_layout: str):
     sch.reverse_compute_at(epilogue, blocks)
     if not padded:  # a padded block's epilogue stores only the columns below N: not one vector
         sch.vectorize(sch.get_loops(epilogue)[-1])
-    if tile.pack_b:
-        cols = tile.cols
-        # the update block's reads: its sums, then A and B
+    if padded:  # B_pad, which pad_einsum made, copies B into its panels on each call
+        index_map = panels(b_layout, tile.cols)
         b_index = [region.source.name for region in sch.get(gemm).reads].index(b_name)
-        packed = sch.get_sblock("B_pad") if padded else sch.cache_read(gemm, b_index, "global")
-        panels = (lambda kk, jj: (jj // cols, kk, jj % cols)) if b_layout == "kn" else \
-            (lambda jj, kk: (jj // cols, kk, jj % cols))
-        sch.transform_layout(gemm, ("read", b_index), panels)
-        sch.transform_block_layout(packed, panels)  # its loops follow the panels: contiguous writes
+        sch.transform_layout(gemm, ("read", b_index), index_map)
+        packed = sch.get_sblock("B_pad")
+        sch.transform_block_layout(packed, index_map)
         panel, _, lane = sch.get_loops(packed)
         sch.parallel(panel)
         sch.vectorize(lane)
+    elif tile.pack_b:
+        take_packed(sch, gemm, b_name, panels(b_layout, tile.cols), prepacked=tile.prepacked)
     return sch.mod["main"]

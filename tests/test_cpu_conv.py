@@ -118,6 +118,7 @@ def test_register_blocks_divide_the_pixels_and_channels_and_fit_the_registers(un
         assert 49 % tile.rows == 0 and 512 % tile.cols == 0 and tile.cols % unit.lanes == 0
         assert tile.rows * vectors + vectors + 1 <= unit.registers and tile.rows * tile.cols * 4 < 1024
     assert variants(3136, 64, AVX512)[:2] == [CpuConvTile(rows=14, cols=16), CpuConvTile(rows=7, cols=32)]
+    assert all(t.prepacked for t in variants(3136, 64, AVX512, prepacked=True))
     assert variants(3136, 24, AVX512) == []  # no vector of channels divides 24
 
 
@@ -134,9 +135,11 @@ def test_the_family_refuses_a_convolution_no_block_divides(llvm_target):
 
 
 @pytest.mark.parametrize("name", list(CONVS))
-def test_every_variant_tried_computes_its_task(name, llvm_target, tmp_path):
+@pytest.mark.parametrize("weights", ["constant", "an input"])
+def test_every_variant_tried_computes_its_task(name, weights, llvm_target, tmp_path):
     """Through the shared search, which checks each variant against numpy's convolution before it
-    times it: a wrong kernel would be a row with an error, and no choice."""
+    times it: a wrong kernel would be a row with an error, and no choice. Constant weights are
+    taken prepacked; others are packed by the kernel on each call."""
     from kb_tvm.kernels.cpu_conv import FAMILY
     from kb_tvm.kernels.task_search import local_device, read_rows, search_task
 
@@ -157,10 +160,13 @@ def test_every_variant_tried_computes_its_task(name, llvm_target, tmp_path):
         return np.maximum(y, 0)
 
     asked = []
+    constants = frozenset({fused.weight_index}) if weights == "constant" else frozenset()
     choice = search_task(FAMILY, fused, mod["main"], "conv", llvm_target, local_device(llvm_target), reference,
-                         until=lambda: len(asked) >= 2 or asked.append(1), work_dir=tmp_path, earlier=[])
+                         until=lambda: len(asked) >= 2 or asked.append(1), work_dir=tmp_path, earlier=[],
+                         constants=constants)
     rows = read_rows(tmp_path)
     assert len(rows) == 2 and all(r["ok"] and r["error"] is None for r in rows), rows
+    assert all(r["tile"]["prepacked"] == (weights == "constant") for r in rows)
     assert choice is not None and choice.describe().startswith("cpu_conv rows=")
 
 
@@ -170,14 +176,15 @@ def test_a_model_packs_constant_weights_once_at_build_and_others_on_each_call(we
     from tvm import relax
 
     from kb_tvm.kernels.cpu_conv import FAMILY
-    from kb_tvm.kernels.extern import use_kernels
+    from kb_tvm.kernels.extern import constant_inputs, use_kernels
     from kb_tvm.model_tuning.relax_build import build
 
     model = _conv_model(16, 32, 10, 3, pad=1, residual=True, weight_input=weight_input)
     prepared, task = _task(model, llvm_target)
     name = str(task.task_name)
-    kernel = FAMILY.build(FAMILY.match(task.dispatched[0], llvm_target), CpuConvTile(rows=4, cols=16),
-                          llvm_target, name)
+    fused = FAMILY.match(task.dispatched[0], llvm_target)
+    assert (fused.weight_index in constant_inputs(prepared)[name]) != weight_input
+    kernel = FAMILY.build(fused, CpuConvTile(rows=4, cols=16, prepacked=True), llvm_target, name)
     calls = use_kernels(prepared, [kernel])["main"].script()
     assert (f"{kernel.symbol}_pack" in calls) == weight_input  # a constant's packing is folded away
 

@@ -125,13 +125,14 @@ def test_an_fp32_linear_is_taken_and_half_precision_or_a_b_per_matrix_is_refused
 
 
 def _run(kernel, arrays, target):
+    """The kernel's output on `arrays`, its prepacked inputs packed first, as a build packs them."""
     import tvm
 
     from kb_tvm.kernels.extern import compile_kernels
+    from kb_tvm.kernels.task_search import compile_packings, kernel_arguments
 
     library = compile_kernels([kernel], target)
-    device = tvm.cpu()
-    args = [tvm.runtime.tensor(x.reshape(shape), device) for x, shape in zip(arrays, kernel.shapes)]
+    (args,) = kernel_arguments(kernel, arrays, tvm.cpu(), compile_packings(kernel, target))
     library[kernel.symbol](*args)
     return args[-1].numpy()
 
@@ -140,6 +141,7 @@ def _run(kernel, arrays, target):
     ("kn", 32, CpuGemmTile(rows=12, cols=16)), ("nk", 32, CpuGemmTile(rows=12, cols=16)),
     ("kn", 32, CpuGemmTile(rows=4, cols=32, pack_b=False)), ("nk", 32, CpuGemmTile(rows=1, cols=16)),
     ("kn", 50, CpuGemmTile(rows=12, cols=16)), ("nk", 50, CpuGemmTile(rows=4, cols=32)),
+    ("kn", 32, CpuGemmTile(rows=12, cols=16, prepacked=True)), ("nk", 64, CpuGemmTile(rows=4, cols=32, prepacked=True)),
 ])
 def test_a_kernel_computes_its_task_also_with_blocks_past_the_last_row_and_column(b_layout, n, tile, llvm_target):
     """Two matrices of 25 rows: a 12-row block computes 10 past them (a predicate keeps them out
@@ -189,6 +191,17 @@ def test_an_unpacked_b_whose_n_the_block_does_not_divide_is_refused(llvm_target)
     fused = FAMILY.match(_linear(25, 50, 40, "kn"), llvm_target)
     with pytest.raises(ValueError, match="N=50 is no multiple of cols=16: B must be packed"):
         FAMILY.build(fused, CpuGemmTile(rows=4, cols=16, pack_b=False), llvm_target, "linear")
+
+
+def test_a_constant_b_is_packed_once_at_build_where_the_block_divides_n():
+    constant = variants(128, 768, "nk", AVX512, b_constant=True)
+    assert constant and all(t.prepacked for t in constant)  # packing it on each call is only slower
+    assert {t.pack_b for t in variants(128, 768, "kn", AVX512, b_constant=True)} == {True, False}
+    assert not any(t.prepacked for t in variants(128, 768, "nk", AVX512))  # an activation is packed each call
+    vocabulary = variants(128, 50257, "kn", AVX512, b_constant=True)  # padded panels: packed each call
+    assert vocabulary and not any(t.prepacked for t in vocabulary)
+    with pytest.raises(ValueError, match="prepacked=True needs pack_b=True"):
+        CpuGemmTile(rows=4, cols=16, pack_b=False, prepacked=True)
 
 
 def test_a_block_holds_a_power_of_two_of_vectors_a_row():

@@ -112,6 +112,7 @@ def use_kernels(mod, kernels: list[ExternKernel]):
             if key not in self.packs:
                 name = f"{kernel.symbol}_pack{index}"
                 self.packs[key] = self.builder_.add_func(pack.with_attr("global_symbol", name), name)
+            arg = self._as(arg, packed_from(pack))
             return self.builder_.emit(relax.call_tir(self.packs[key], relax.Tuple([arg]),
                                                      relax.TensorType(list(shape), arg.ty.dtype)))
 
@@ -128,6 +129,34 @@ def use_kernels(mod, kernels: list[ExternKernel]):
                        attrs=mod.attrs)
     # a constant input (a model's weights) is packed here, once, not on each call
     return relax.transform.FoldConstant()(out) if rewrite.packs else out
+
+
+def packed_from(pack) -> tuple[int, ...]:
+    """The shape a packing (`ExternKernel.packs`) takes its input in (a view of the task's)."""
+    return tuple(int(d) for d in pack.params[0].ty.shape)
+
+
+def constant_inputs(mod) -> dict[str, frozenset[int]]:
+    """For each task `mod` (a prepared Relax module) calls, the positions of its inputs that are
+    constants (weights) at every call."""
+    import tvm
+    from tvm import relax
+
+    from tvm.ir.expr import Constant
+
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    out: dict[str, frozenset[int]] = {}
+
+    def visit(expr) -> None:
+        if isinstance(expr, relax.Call) and expr.op.same_as(call_tir):
+            name = expr.args[0].name_hint
+            here = frozenset(i for i, arg in enumerate(expr.args[1].fields) if isinstance(arg, Constant))
+            out[name] = out[name] & here if name in out else here
+
+    for func in mod.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return out
 
 
 def _dims(shape) -> tuple[int, ...]:

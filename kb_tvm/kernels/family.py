@@ -89,9 +89,10 @@ class KernelFamily(ABC):
         """The problem `mod`'s "main" (a task or workload) poses to this family, or NotApplicable."""
 
     @abstractmethod
-    def variants(self, problem, target) -> VariantSearch:
+    def variants(self, problem, target, *, constants: frozenset[int] = frozenset()) -> VariantSearch:
         """The search over `problem`'s variants, asking in its order of expected gain; NotApplicable
-        where no variant fits."""
+        where no variant fits. `constants`: which of the task's inputs (by position) are constants
+        wherever a model calls it (weights), which a family may take packed once at build."""
 
     @abstractmethod
     def build(self, problem, params, target, task: str):

@@ -12,15 +12,16 @@ from .task_search import SHARE_OF_BUDGET, KernelChoice, local_device, read_rows,
 
 
 def search_kernels(tasks, untuned, target, *, precision: str | None, budget, work_dir: Path,
-                   default_latency: dict[str, float], share: float = SHARE_OF_BUDGET,
-                   notify=lambda event: None) -> dict[str, KernelChoice]:
+                   default_latency: dict[str, float], constants: dict[str, frozenset[int]],
+                   share: float = SHARE_OF_BUDGET, notify=lambda event: None) -> dict[str, KernelChoice]:
     """The best right variant per task some family computes (of every family that serves `target`
     and `precision`), within `share` of what is left of `budget` (a started TuningBudget), split
     among the tasks by their model time, hottest first (`slice_end`), on this machine's device.
     `untuned`: the untuned executable, whose kernels are the reference: every variant is run on
     the same activation-like inputs and compared before it is timed (a wrong one is never
     chosen). Every measured variant is a row of the work dir's kernels.jsonl, which `--resume`
-    replays, so that a measured variant is not measured again."""
+    replays, so that a measured variant is not measured again. `constants`: each task's inputs
+    the model holds constant (extern.constant_inputs), which a family may pack once at build."""
     families = applicable(target, precision)
     if not families:
         return {}
@@ -47,7 +48,7 @@ def search_kernels(tasks, untuned, target, *, precision: str | None, budget, wor
         choice = search_task(family, problem, func, name, target, device,
                              lambda arrays, name=name: task_output(library, name, arrays, device),
                              until=lambda task_stop=task_stop: budget.spent >= task_stop, work_dir=work_dir,
-                             earlier=earlier, notify=notify)
+                             earlier=earlier, constants=constants.get(name, frozenset()), notify=notify)
         if choice is not None and (name not in out or choice.seconds < out[name].seconds):
             out[name] = choice
             notify({"event": "kernel_best", "family": family.name, "task": name, "seconds": choice.seconds,

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..measure.timer import time_function
 from ..measure.timing import TimingPolicy
+from .extern import packed_from
 from .family import KernelFamily, NotApplicable
 
 FILE_NAME = "kernels.jsonl"
@@ -60,14 +61,16 @@ def read_rows(work_dir: Path) -> list[dict]:
 
 
 def search_task(family: KernelFamily, problem, func, name: str, target, device, reference, *, until,
-                work_dir: Path, earlier: list[dict], notify=lambda event: None) -> KernelChoice | None:
+                work_dir: Path, earlier: list[dict], constants: frozenset[int] = frozenset(),
+                notify=lambda event: None) -> KernelChoice | None:
     """The family's variant search for task `name` (`func`: its PrimFunc) until `until()` or until
     it stops itself: each variant built, compared with `reference(arrays)` (the task's output on those arrays) on two
     input sets, then timed, and appended to the work dir's kernels.jsonl. Variants measured before
-    (`earlier`, that file's rows) are not measured again. None when the family admits no variant
-    of this shape or none computed right."""
+    (`earlier`, that file's rows) are not measured again. `constants`: the task's inputs a model
+    holds constant (`KernelFamily.variants`). None when the family admits no variant of this
+    shape or none computed right."""
     try:
-        search = family.variants(problem, target)
+        search = family.variants(problem, target, constants=constants)
     except NotApplicable as why:  # no variant fits the shape
         notify({"event": "kernel_skip", "family": family.name, "task": name, "why": str(why)})
         return None
@@ -123,7 +126,7 @@ def _measure(family: KernelFamily, problem, params, target, device, inputs, refe
     try:
         kernel = family.build(problem, params, target, name)
         steps = _compile(kernel, target)
-        packers = {i: _compile_one(pack, target) for i, pack in kernel.packs}
+        packers = compile_packings(kernel, target)
     # TVM's rejections (ScheduleError, InternalError) and nvcc's "Compilation error" are RuntimeErrors:
     # the variant failed; a TypeError or the like from the family's own code propagates
     except (RuntimeError, TimeoutError) as err:
@@ -132,7 +135,7 @@ def _measure(family: KernelFamily, problem, params, target, device, inputs, refe
     row["build_s"] = time.perf_counter() - started
     started = time.perf_counter()
     for arrays, expected in zip(inputs, references):
-        calls = _arguments(kernel, arrays, device, packers)
+        calls = kernel_arguments(kernel, arrays, device, packers)
         for (library, symbol), args in zip(steps, calls):
             library[symbol](*args)
         got = calls[-1][-1].numpy().astype(np.float32).reshape(expected.shape)
@@ -165,25 +168,26 @@ def _compile(kernel, target) -> list[tuple[object, str]]:
     return steps
 
 
-def _compile_one(func, target):
+def compile_packings(kernel, target) -> dict:
+    """The kernel's packings (`ExternKernel.packs`), compiled: input index -> library."""
     import tvm
 
     with target:
-        return tvm.compile(tvm.IRModule({"main": func}), target=target).mod
+        return {i: tvm.compile(tvm.IRModule({"main": pack}), target=target).mod for i, pack in kernel.packs}
 
 
-def _arguments(kernel, arrays, device, packers: dict) -> list[list]:
+def kernel_arguments(kernel, arrays, device, packers: dict) -> list[list]:
     """Each kernel's arguments on the device from the task's arrays (its output last); the inputs
     it takes packed (`packers`: index -> its packing, compiled) packed before, untimed, as the
     build packs constant weights once."""
     import tvm
 
     if kernel.then is None:
-        args = []
+        pack_of, args = dict(kernel.packs), []
         for i, (a, shape) in enumerate(zip(arrays, kernel.shapes)):
             if i in packers:
                 packed = tvm.runtime.empty(list(shape), str(a.dtype), device)
-                packers[i]["main"](tvm.runtime.tensor(a, device), packed)
+                packers[i]["main"](tvm.runtime.tensor(a.reshape(packed_from(pack_of[i])), device), packed)
                 args.append(packed)
             else:
                 args.append(tvm.runtime.tensor(a.reshape(shape), device))

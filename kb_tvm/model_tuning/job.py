@@ -11,6 +11,7 @@ from pathlib import Path
 from ..allocation import TaskStats
 from ..budget import TuningBudget
 from ..kernels import model_stage
+from ..kernels.extern import constant_inputs
 from ..logger_guard import guard_metaschedule_logger
 from ..measure.targets import tensor_intrinsics, use_target_cores
 from .onnx_input import example_inputs, onnxruntime_outputs
@@ -141,7 +142,8 @@ def tune_model(
         uses_kb = strategy in KB_STRATEGIES
         if uses_kb:
             found = model_stage.search_kernels(tasks, untuned, target, precision=precision, budget=tuning_budget,
-                                               work_dir=work_dir, default_latency=default_latency, notify=notify)
+                                               work_dir=work_dir, default_latency=default_latency,
+                                               constants=constant_inputs(mod), notify=notify)
         # the scheduler starts from what each task has now: a family's kernel already makes its task fast
         current_latency = {name: min(seconds, found[name].seconds) if name in found else seconds
                            for name, seconds in default_latency.items()}

@@ -40,6 +40,7 @@ def main(model, precision, input_shapes, exact_math, target, logs, families_budg
     from ..budget import TuningBudget
     from ..measure.targets import make_target, use_target_cores
     from ..kernels import FAMILIES, applicable, model_stage
+    from ..kernels.extern import constant_inputs
     from . import (
         TOLERANCES,
         apply_math,
@@ -94,7 +95,7 @@ def main(model, precision, input_shapes, exact_math, target, logs, families_budg
         started = time.perf_counter()
         found = model_stage.search_kernels(tasks, untuned, tvm_target, precision=precision,
                                            budget=TuningBudget(families_budget).start(), work_dir=Path(out).parent,
-                                           default_latency=default_latency, share=1.0,
+                                           default_latency=default_latency, constants=constant_inputs(mod), share=1.0,
                                            notify=lambda e: click.echo(json.dumps(e)))
         result["families"] = {"seconds": time.perf_counter() - started,
                               "found": {n: {"seconds": c.seconds, "default_s": default_latency[n],

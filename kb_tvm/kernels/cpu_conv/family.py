@@ -1,6 +1,6 @@
 """The CPU convolution template (schedules/cpu_conv.py) as a `KernelFamily`: an fp32 NCHW task read
-as a fused convolution (fused_conv.py), its variants in the prior's order (variants.py). Its
-kernels take their weights packed: the build packs the model's weights once."""
+as a fused convolution (fused_conv.py), its variants in the prior's order (variants.py). Where
+the model's weights are constants its kernels take them packed, which the build does once."""
 
 from __future__ import annotations
 
@@ -25,11 +25,11 @@ class CpuConv(KernelFamily):
     def match(self, mod, target) -> FusedConv:
         return match_fused_conv(mod)
 
-    def variants(self, problem: FusedConv, target):
+    def variants(self, problem: FusedConv, target, *, constants: frozenset[int] = frozenset()):
         from .variants import VariantSearch
 
         search = VariantSearch(pixels=problem.problem.pixels, channels=problem.problem.out_channels,
-                               unit=vector_unit(target))
+                               unit=vector_unit(target), prepacked=problem.weight_index in constants)
         if not search.pool:
             raise NotApplicable(f"no register block divides {problem.problem.pixels} pixels x "
                                 f"{problem.problem.out_channels} channels")
@@ -41,17 +41,18 @@ class CpuConv(KernelFamily):
 
         symbol = f"kb_cpu_conv_{task}"
         func = schedule(problem.reference(symbol), params)
-        co, ci, kh, kw = problem.problem.weight_shape
-        packed = (co // params.cols, ci, kh, kw, params.cols)
+        shape = problem.problem.weight_shape
+        co, ci, kh, kw = shape
+        packed = (co // params.cols, ci, kh, kw, params.cols) if params.prepacked else shape
+        packs = ((problem.weight_index, weight_packing(shape, params.cols)),) if params.prepacked else ()
         return ExternKernel(task=task, symbol=symbol, func=func.with_attr("global_symbol", symbol),
-                            shapes=tuple(problem.kernel_shapes(packed)), pipeline="default",
-                            packs=((problem.weight_index, weight_packing(problem.problem.weight_shape, params.cols)),))
+                            shapes=tuple(problem.kernel_shapes(packed)), pipeline="default", packs=packs)
 
     def describe(self, params) -> str:
         return params.describe()
 
     def record(self, params) -> dict:
-        return {"tile": {"rows": params.rows, "cols": params.cols}}
+        return {"tile": {"rows": params.rows, "cols": params.cols, "prepacked": params.prepacked}}
 
     def from_record(self, row: dict):
         from ...schedules.cpu_conv import CpuConvTile

@@ -15,8 +15,9 @@ from ..cpu_gemm.variants import MAX_ROWS, VECTORS, VectorUnit
 from ..family import PatientSearch
 
 
-def variants(pixels: int, channels: int, unit: VectorUnit) -> list[CpuConvTile]:
-    """Every register block that fits the unit and divides `pixels` x `channels`, in the prior's order."""
+def variants(pixels: int, channels: int, unit: VectorUnit, prepacked: bool = False) -> list[CpuConvTile]:
+    """Every register block that fits the unit and divides `pixels` x `channels`, in the prior's
+    order; `prepacked`: taking the weights packed (constant weights), else packing them each call."""
     out = []
     for vectors in VECTORS:
         cols = vectors * unit.lanes
@@ -25,7 +26,7 @@ def variants(pixels: int, channels: int, unit: VectorUnit) -> list[CpuConvTile]:
         for rows in range(1, min(pixels, MAX_ROWS) + 1):
             if pixels % rows or rows * vectors + vectors + 1 > unit.registers or rows * cols * 4 >= STACK_BYTES:
                 continue
-            out.append(CpuConvTile(rows=rows, cols=cols))
+            out.append(CpuConvTile(rows=rows, cols=cols, prepacked=prepacked))
     return sorted(out, key=lambda t: (prior(t, unit), t.describe()))
 
 
@@ -38,9 +39,9 @@ def prior(tile: CpuConvTile, unit: VectorUnit) -> float:
 class VariantSearch(PatientSearch):
     """The search over the variants of one convolution (`pixels` x `channels` outputs)."""
 
-    def __init__(self, *, pixels: int, channels: int, unit: VectorUnit, patience: int = 4,
-                 min_gain: float = 0.02) -> None:
+    def __init__(self, *, pixels: int, channels: int, unit: VectorUnit, prepacked: bool = False,
+                 patience: int = 4, min_gain: float = 0.02) -> None:
         if pixels < 1 or channels < 1:
             raise ValueError(f"pixels={pixels!r}, channels={channels!r}: at least one output each")
-        pool = variants(pixels, channels, unit)
+        pool = variants(pixels, channels, unit, prepacked)
         super().__init__(pool, patience=patience, min_gain=min_gain, what=f"{pixels}x{channels}")

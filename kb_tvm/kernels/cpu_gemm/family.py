@@ -48,26 +48,34 @@ class CpuGemm(KernelFamily):
     def match(self, mod, target) -> FusedGemm:
         return match_cpu_gemm(mod)
 
-    def variants(self, problem: FusedGemm, target):
+    def variants(self, problem: FusedGemm, target, *, constants: frozenset[int] = frozenset()):
         from .variants import VariantSearch
 
         p = problem.problem
-        return VariantSearch(rows=p.batch * p.m, n=p.n, b_layout=p.b_layout, unit=vector_unit(target))
+        return VariantSearch(rows=p.batch * p.m, n=p.n, b_layout=p.b_layout, unit=vector_unit(target),
+                             b_constant=problem.gemm_inputs[1] in constants)
 
     def build(self, problem: FusedGemm, params, target, task: str):
-        from ...schedules.cpu_gemm import schedule
+        from ...schedules.cpu_gemm import packing, panels, schedule
         from ..extern import ExternKernel
 
         symbol = f"kb_cpu_gemm_{task}"
         func = schedule(problem.reference(symbol), params, problem.problem.b_layout)
+        shapes, packs = problem.kernel_shapes(), ()
+        if params.prepacked:
+            b = problem.gemm_inputs[1]
+            (_, k), (_, n) = problem.problem.gemm_shapes[0], problem.problem.gemm_shapes[2]
+            shapes[b] = (n // params.cols, k, params.cols)
+            packs = ((b, packing(problem.problem.gemm_shapes[1], panels(problem.problem.b_layout, params.cols))),)
         return ExternKernel(task=task, symbol=symbol, func=func.with_attr("global_symbol", symbol),
-                            shapes=tuple(problem.kernel_shapes()), pipeline="default")
+                            shapes=tuple(shapes), pipeline="default", packs=packs)
 
     def describe(self, params) -> str:
         return params.describe()
 
     def record(self, params) -> dict:
-        return {"tile": {"rows": params.rows, "cols": params.cols, "pack_b": params.pack_b}}
+        return {"tile": {"rows": params.rows, "cols": params.cols, "pack_b": params.pack_b,
+                         "prepacked": params.prepacked}}
 
     def from_record(self, row: dict):
         from ...schedules.cpu_gemm import CpuGemmTile

@@ -38,7 +38,7 @@ class HopperGemm(KernelFamily):
     def match(self, mod, target) -> FusedGemm:
         return match_hopper_gemm(mod)
 
-    def variants(self, problem: FusedGemm, target):
+    def variants(self, problem: FusedGemm, target, *, constants: frozenset[int] = frozenset()):
         from .variants import VariantSearch
 
         p = problem.problem
