@@ -30,11 +30,11 @@ REPLAYED_AS = {"kb": "rules", "agent": "agent", "evolutionary": "evolutionary", 
 
 def _one(job: tuple) -> dict:
     from kb_tvm.agent import agent_policy
-    from kb_tvm.replay import POLICIES, RECORDED_AS, ReplayEnv, catalog
+    from kb_tvm.replay import POLICIES, ReplayEnv, catalog
 
     path, policy, seed, budget, agent_path = job
     _, data = catalog.load(path)
-    env = ReplayEnv(data, budget=budget, strategy=RECORDED_AS[policy])
+    env = ReplayEnv(data, budget=budget)
     started = time.monotonic()
     strategy = agent_policy(agent_path) if policy == "agent" else POLICIES[policy]()
     strategy.run(env, seed=seed)
@@ -50,7 +50,7 @@ def _one(job: tuple) -> dict:
 def fidelity(bench_json: Path, folders, agent_path) -> list[dict]:
     """Each real run of a bench file beside its replay on the dataset of its workload."""
     from kb_tvm.agent import agent_policy
-    from kb_tvm.replay import POLICIES, RECORDED_AS, DatasetError, ReplayEnv, catalog
+    from kb_tvm.replay import POLICIES, DatasetError, ReplayEnv, catalog
 
     report = json.loads(Path(bench_json).read_text())
     kind = "cuda" if "'cuda'" in report["target"] or '"cuda"' in report["target"] else "llvm"
@@ -64,7 +64,7 @@ def fidelity(bench_json: Path, folders, agent_path) -> list[dict]:
             if not run.get("done"):
                 continue
             policy = REPLAYED_AS[label.partition("@")[0]]
-            env = ReplayEnv(data, budget=run["budget_s"], strategy=RECORDED_AS[policy])
+            env = ReplayEnv(data, budget=run["budget_s"])
             (agent_policy(agent_path) if policy == "agent" else POLICIES[policy]()).run(env, seed=0)
             grid = [run["budget_s"] * q / 10 for q in range(1, 11)]
             real = [_best_at(run["curve"], t) for t in grid]

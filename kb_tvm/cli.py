@@ -433,7 +433,7 @@ def train_model_command(key, experience_dir, out) -> None:
 def replay_command(dataset, list_only, policy, agent_path, budget, seed, no_snap, folders, json_out) -> None:
     """Run a tuning strategy against a recorded dataset on a simulated clock: no GPU, seconds of CPU."""
     from .agent import agent_policy
-    from .replay import POLICIES, RECORDED_AS, DatasetError, ReplayEnv, catalog
+    from .replay import POLICIES, DatasetError, ReplayEnv, catalog
 
     try:
         if list_only:
@@ -447,7 +447,7 @@ def replay_command(dataset, list_only, policy, agent_path, budget, seed, no_snap
         entry, data = catalog.load(dataset, folders)
     except DatasetError as err:
         _fail(str(err))
-    env = ReplayEnv(data, budget=budget, snap=not no_snap, strategy=RECORDED_AS[policy])
+    env = ReplayEnv(data, budget=budget, snap=not no_snap)
     try:
         strategy = agent_policy(agent_path) if policy == "agent" else POLICIES[policy]()
     except ValueError as err:  # an agent file of another schema

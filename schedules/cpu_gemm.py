@@ -8,8 +8,9 @@ schedule of the task's own plain TIR (kb_tvm/kernels/fused_gemm.py's `FusedGemm.
   limit (1 KB), or TVM allocates it on the heap, where LLVM stores every accumulator at every K
   step (half the speed on a Zen 4).
 - With `pack_b`, B is read from panels [N / cols, K, cols], so that a block reads its panel
-  contiguously: copied on each call, or `prepacked` (a model's constant B, packed once at build). A B[N, K] (a Linear layer's weight) needs it: read in place it costs
-  strided loads across rows. A B[K, N] may not: its panel is `cols` contiguous floats a row.
+  contiguously: copied on each call, or `prepacked` (a model's constant B, packed once at
+  build). A B[N, K] (a Linear layer's weight) needs it: read in place it costs strided loads
+  across rows. A B[K, N] may not: its panel is `cols` contiguous floats a row.
   Where N is no multiple of `cols` (GPT-2's 50257 words), the last panel is padded with zero
   columns, which the epilogue does not store.
 - The blocks are spread over the threads column panel outermost, so that the blocks a thread
@@ -30,7 +31,7 @@ class CpuGemmTile:
     rows: int  # rows of the register block: values of A broadcast per K step
     cols: int  # columns of the register block, a multiple of the vector width
     pack_b: bool = True  # read B from [N / cols, K, cols] panels
-    prepacked: bool = False  # the kernel takes B as panels (the build packs a constant B once), else copies it each call
+    prepacked: bool = False  # the kernel takes B's panels (a constant B, packed once at build), else copies them
 
     def __post_init__(self) -> None:
         if self.prepacked and not self.pack_b:

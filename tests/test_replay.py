@@ -31,6 +31,28 @@ def test_the_clock_advances_by_the_recorded_costs_of_each_batch():
     assert env.trials == 48 and env.budget.spent == 27.0 and env.budget.exhausted
 
 
+def test_a_mutation_not_measured_is_proposed_again_in_a_later_round():
+    """Only what was measured is spent. kb's search ranks several mutations per measurement and
+    drops those it does not choose (it keeps its samples): when each proposal was spent, the
+    recorded space ran out and most held-out replays ended early."""
+    from kb_tvm.replay.policies import ReplayFactory
+
+    env = ReplayEnv(made_up(bowl), budget=60)
+    factory = ReplayFactory(env, rng=np.random.default_rng(0))
+
+    def keys(cands):
+        return {(c.sch.sketch, c.sch.decisions) for c in cands}
+
+    parents = factory.sample(0, 2)
+    env.measure([parents[0].sch])
+    children = factory.mutate(parents[:1], 6, small_steps=False, deadline=math.inf)
+    assert len(children) == 6 and not keys(children) & keys(parents)  # a sample is the search's to keep
+    assert not keys(children) & keys(factory.mutate(parents[:1], 6, small_steps=False, deadline=math.inf))
+    env.measure([children[0].sch])  # the next round: the five not measured may come again
+    again = factory.mutate(parents[:1], env.dataset.size, small_steps=False, deadline=math.inf)
+    assert keys(children[1:]) & keys(again) and not keys(children[:1]) & keys(again)
+
+
 @pytest.mark.parametrize("policy", ["rules", "evolutionary", "random"])
 def test_a_replay_is_the_same_for_the_same_seed(policy):
     runs = []

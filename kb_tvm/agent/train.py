@@ -57,7 +57,7 @@ def collect(datasets: list[Dataset], *, budget: float, episodes: int, seed: int 
 def _episode(job) -> list[Transition]:
     dataset, budget, seed, seconds_cost, stop_prob, repeat_prob = job
     rng = np.random.default_rng(seed)
-    env = ReplayEnv(dataset, budget=budget, strategy="kb")  # kb's search, steered
+    env = ReplayEnv(dataset, budget=budget)  # kb's search, steered
     steps: list[tuple[np.ndarray, str, float, float]] = []  # state, action, seconds, best then
 
     def behaviour(task) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .family import NotApplicable
-from .fused_gemm import REDUCE, SPATIAL, _indices, _kernel_shape, _rebuild, epilogue_output
+from .fused_gemm import REDUCE, SPATIAL, epilogue_output, kernel_shape, rebuild_at, region_indices
 
 
 class NotAConv(NotApplicable):
@@ -73,7 +73,7 @@ class FusedConv:
         computed, value = [], acc
         for block in self.epilogue:
             coords = {iv.var: _typed(iv.var, v) for iv, v in zip(block.iter_vars, at)}
-            value = _rebuild(block.body.value, coords, [(self.conv_out, acc), *computed], inputs,
+            value = rebuild_at(block.body.value, coords, [(self.conv_out, acc), *computed], inputs,
                              [iv.var for iv in block.iter_vars])
             computed.append((block.body.buffer, value))
         return value
@@ -83,7 +83,7 @@ class FusedConv:
         the convolution pads, "conv" into D[pixels, channels], then "epilogue"."""
         from tvm.tirx import PrimFunc, decl_buffer
 
-        inputs = [(x, decl_buffer(_kernel_shape(x), str(x.ty.dtype), name=x.name)) for x in self.extras]
+        inputs = [(x, decl_buffer(kernel_shape(x), str(x.ty.dtype), name=x.name)) for x in self.extras]
         main = _plain_conv(self.problem, lambda acc, q, o: self.value(acc, q, o, inputs))
         x2, w2, c2 = main.params
         pairs = [(self.x, x2), (self.w, w2), (self.c, c2), *inputs]  # the task's buffer, the kernel's
@@ -96,7 +96,7 @@ class FusedConv:
 
     def kernel_shapes(self, packed_weight: tuple[int, ...]) -> list[tuple[int, ...]]:
         """The shape the kernel takes each parameter in: the task's, the weights packed."""
-        return [packed_weight if buf.same_as(self.w) else _kernel_shape(buf) for buf in self.func.params]
+        return [packed_weight if buf.same_as(self.w) else kernel_shape(buf) for buf in self.func.params]
 
 
 def _typed(var, x):
@@ -179,17 +179,17 @@ def match_fused_conv(mod, *, dtypes: tuple[str, ...] = ("float32",)) -> FusedCon
         raise NotAConv(f"reads {len(block.reads)} and writes {len(block.writes)} buffers (a convolution: 2 and 1)")
     nn, ff, yy, xx, rc, ry, rx = (str(iv.var) for iv in block.iter_vars)
     (data, weight), c = block.reads, block.writes[0]
-    if _indices(c) != [nn, ff, yy, xx] or _indices(weight) != [ff, rc, ry, rx]:
-        raise NotAConv(f"indexed as {c.source.name}{_indices(c)} from {weight.source.name}{_indices(weight)}: "
-                       "the family computes NCHW from OIHW weights")
+    if region_indices(c) != [nn, ff, yy, xx] or region_indices(weight) != [ff, rc, ry, rx]:
+        raise NotAConv(f"indexed as {c.source.name}{region_indices(c)} from {weight.source.name}"
+                       f"{region_indices(weight)}: the family computes NCHW from OIHW weights")
     index = [r.min for r in data.region]
     if [str(i) for i in index[:2]] != [nn, rc]:
-        raise NotAConv(f"reads {data.source.name}{_indices(data)}: one group (a grouped or depthwise "
+        raise NotAConv(f"reads {data.source.name}{region_indices(data)}: one group (a grouped or depthwise "
                        "convolution's channels are offset)")
     stride = tuple(_affine(i, {v: 1}) - _affine(i, {}) for i, v in ((index[2], yy), (index[3], xx)))
     dilation = tuple(_affine(i, {v: 1}) - _affine(i, {}) for i, v in ((index[2], ry), (index[3], rx)))
     if any(_affine(i, {}) for i in index[2:]) or min(*stride, *dilation) < 1:
-        raise NotAConv(f"reads {data.source.name}{_indices(data)}: not y * stride + r * dilation")
+        raise NotAConv(f"reads {data.source.name}{region_indices(data)}: not y * stride + r * dilation")
     for dtype in (data.source.dtype, weight.source.dtype, c.source.dtype):
         if str(dtype) not in dtypes:
             raise NotAConv(f"computes in {dtype}: the family takes {' or '.join(dtypes)}")

@@ -73,7 +73,7 @@ class FusedGemm:
         value = acc
         for block in self.epilogue:
             coords = _coords(block.iter_vars, row, col, self.problem.m)
-            value = _rebuild(block.body.value, coords, [(self.gemm_out, acc), *computed], inputs or [],
+            value = rebuild_at(block.body.value, coords, [(self.gemm_out, acc), *computed], inputs or [],
                              [iv.var for iv in block.iter_vars])
             computed.append((block.body.buffer, value))
         return value
@@ -113,7 +113,7 @@ class FusedGemm:
 
     def summed_shapes(self, splits: int) -> list[tuple[int, ...]]:
         c = self.problem.gemm_shapes[2]
-        return [(splits, *c), *(_kernel_shape(x) for x in self.extras), c]
+        return [(splits, *c), *(kernel_shape(x) for x in self.extras), c]
 
     @property
     def gemm_inputs(self) -> tuple[int, int]:
@@ -148,12 +148,12 @@ class FusedGemm:
         same shapes."""
         from tvm.tirx import decl_buffer
 
-        return [(x, decl_buffer(_kernel_shape(x), str(x.ty.dtype), name=x.name)) for x in self.extras]
+        return [(x, decl_buffer(kernel_shape(x), str(x.ty.dtype), name=x.name)) for x in self.extras]
 
     def kernel_shapes(self) -> list[tuple[int, ...]]:
         """The shape the kernel takes each parameter in (A, B, C as 2-D)."""
         flat = list(zip((self.a, self.b, self.c), self.problem.gemm_shapes))
-        return [next((shape for x, shape in flat if buf.same_as(x)), None) or _kernel_shape(buf)
+        return [next((shape for x, shape in flat if buf.same_as(x)), None) or kernel_shape(buf)
                 for buf in self.params]
 
 
@@ -246,7 +246,7 @@ def _sum_of_partials(p: GemmProblem, splits: int, epilogue, load):
     return main
 
 
-def _kernel_shape(buf) -> tuple[int, ...]:
+def kernel_shape(buf) -> tuple[int, ...]:
     """An epilogue input's shape in the kernel: its own, a scalar as [1] (TIRx's FlattenBuffer
     does not find a 0-d parameter)."""
     return tuple(int(d) for d in buf.ty.shape) or (1,)
@@ -281,7 +281,7 @@ _BINARY = ("Add", "Sub", "Mul", "Div", "Mod", "FloorDiv", "FloorMod", "Min", "Ma
            "EQ", "NE", "LT", "LE", "GT", "GE", "And", "Or")
 
 
-def _rebuild(expr, coords: dict, computed: list, inputs: list, axes: list):
+def rebuild_at(expr, coords: dict, computed: list, inputs: list, axes: list):
     """`expr` of an epilogue block at one element: its iter vars replaced by that element's
     coordinates, loads of the GEMM's output and of earlier intermediates by their values
     (`computed`), loads of the task's other inputs kept at the element's indices (on the kernel's
@@ -327,7 +327,7 @@ def _rebuild(expr, coords: dict, computed: list, inputs: list, axes: list):
     return go(expr)
 
 
-def _indices(region) -> list[str]:
+def region_indices(region) -> list[str]:
     return [str(r.min) for r in region.region]
 
 
@@ -375,12 +375,12 @@ def match_fused_gemm(mod, *, input_dtypes: tuple[str, ...], output_dtypes: tuple
     if len(block.reads) != 2 or len(block.writes) != 1:
         raise NotAGemm(f"reads {len(block.reads)} and writes {len(block.writes)} buffers (a GEMM: 2 and 1)")
     (a, b), c = block.reads, block.writes[0]
-    if _indices(c) != [*lead, i, j] or _indices(a)[-2:] != [i, r] or len(a.source.shape) != spatial:
-        raise NotAGemm(f"indexed as {c.source.name}{_indices(c)} = {a.source.name}{_indices(a)} x ...: "
+    if region_indices(c) != [*lead, i, j] or region_indices(a)[-2:] != [i, r] or len(a.source.shape) != spatial:
+        raise NotAGemm(f"indexed as {c.source.name}{region_indices(c)} = {a.source.name}{region_indices(a)} x ...: "
                        "the kernels compute C[i, j] from A[i, k]")
-    if batch > 1 and _indices(a) != [*lead, i, r]:
-        raise NotAGemm(f"A indexed as {a.source.name}{_indices(a)}: a batched GEMM reads A[batch.., i, k]")
-    b_index = _indices(b)
+    if batch > 1 and region_indices(a) != [*lead, i, r]:
+        raise NotAGemm(f"A indexed as {a.source.name}{region_indices(a)}: a batched GEMM reads A[batch.., i, k]")
+    b_index = region_indices(b)
     b_batched = any(int(d) != 1 for d in b.source.shape[:-2])
     if b_batched and (b_index[:-2] != lead or [int(d) for d in b.source.shape[:-2]] != extents[:spatial - 2]):
         raise NotAGemm(f"B indexed as {b.source.name}{b_index}: batched as C is, or one B for all")
@@ -427,7 +427,7 @@ def epilogue_output(first, epilogue: list, params: list, what: str, refusal: typ
             raise refusal(f"block {after.name_hint!r} after the {what} is not elementwise over its {shape} "
                           "output (the kernels fuse elementwise epilogues)")
         if type(after.body).__name__ != "BufferStore" or len(after.writes) != 1 or \
-                _indices(after.writes[0]) != [str(iv.var) for iv in after.iter_vars]:
+                region_indices(after.writes[0]) != [str(iv.var) for iv in after.iter_vars]:
             raise refusal(f"block {after.name_hint!r} after the {what} does not store one element per "
                           "output element")
         if any(out.same_as(p) for p in params):

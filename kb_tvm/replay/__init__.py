@@ -6,7 +6,6 @@ from .dataset import SCHEMA, Dataset, DatasetError, Point, build_dataset
 from .env import Outcome, Query, ReplayEnv
 from .policies import (
            POLICIES,
-           RECORDED_AS,
            EvolutionaryPolicy,
            RandomPolicy,
            ReplayPolicy,
@@ -14,6 +13,6 @@ from .policies import (
 )
 from .surrogate import NeighbourSurrogate
 
-__all__ = ["POLICIES", "RECORDED_AS", "SCHEMA", "Dataset", "DatasetError", "EvolutionaryPolicy",
+__all__ = ["POLICIES", "SCHEMA", "Dataset", "DatasetError", "EvolutionaryPolicy",
            "NeighbourSurrogate", "Outcome", "Point", "Query", "RandomPolicy", "ReplayEnv", "ReplayPolicy",
            "RulesPolicy", "build_dataset"]

@@ -6,8 +6,10 @@ mostly: one changed decision rarely lands on a recorded schedule) is, by default
 nearest recorded one of its sketch, so every result is a real measurement; with `snap=False` the
 surrogate answers for it instead, and the summary says how many results it gave. Fresh samples
 come from the dataset's uniform samples (the "random" runs), as a real search samples the space. A batch advances the clock by what it cost when it was recorded:
-the dataset's fixed cost per batch, its builds (in parallel) and its runs. The budget is the
-same value object real runs ask (`TuningBudget`), on that clock.
+the dataset's fixed cost per batch, its builds (in parallel) and its runs. Every strategy pays
+that one cost model: the fixed cost is the median over all recorded batches, whichever search
+recorded them, so that replays compare strategies, not recordings. The budget is the same value
+object real runs ask (`TuningBudget`), on that clock.
 """
 
 from __future__ import annotations
@@ -37,13 +39,12 @@ class Outcome:
 
 
 class ReplayEnv:
-    def __init__(self, dataset: Dataset, *, budget: str | float, snap: bool = True, strategy: str | None = None,
+    def __init__(self, dataset: Dataset, *, budget: str | float, snap: bool = True,
                  surrogate: NeighbourSurrogate | None = None) -> None:
-        """`strategy`: the recorded strategy whose fixed cost per batch the clock charges (its
-        search's own time is in it); None or one the dataset lacks: the median of all."""
         self.dataset = dataset
         self.snap = snap
-        self.per_batch_s = dataset.per_batch_by_strategy.get(strategy, dataset.per_batch_s)
+        self.per_batch_s = dataset.per_batch_s
+        self.measured_keys: set[tuple] = set()  # (sketch, decisions) of every schedule measured
         self.surrogate = surrogate or NeighbourSurrogate(dataset)
         self.seconds = 0.0
         self.budget = TuningBudget(budget, clock=lambda: self.seconds).start()
@@ -86,6 +87,7 @@ class ReplayEnv:
             return []
         outcomes, costs = [], []
         for q in batch:
+            self.measured_keys.add((q.sketch, q.decisions))
             index = self.dataset.index.get((q.sketch, q.decisions))
             if index is not None:
                 p = self.dataset.points[index]

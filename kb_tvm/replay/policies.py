@@ -147,16 +147,26 @@ class ReplayFactory:
         self.num_cores = env.dataset.builders
         self.dropped = {"duplicate": 0}
         self.categorical_bans = _NoBans()
-        self.seen: set[tuple] = set()
         self.values = _values_by_place(env)
-        self._unsampled = {s: [i for i in env.uniform_indices() if env.dataset.points[i].sketch == s]
-                           for s in self.spaces}
+        self._uniform = {s: [i for i in env.uniform_indices() if env.dataset.points[i].sketch == s]
+                         for s in self.spaces}
+        self._sampled: set[tuple] = set()  # samples handed out: the search keeps those it does not measure
+        self._round, self._proposed = -1, set()
+
+    def seen(self) -> set[tuple]:
+        """What a proposal may not repeat: the schedules measured or sampled, and the mutations
+        proposed since the last measurement. A mutation proposed but not measured may come again
+        in a later round, as one would from a real space, too large to exhaust."""
+        if self.env.trials != self._round:
+            self._round, self._proposed = self.env.trials, set()
+        return self.env.measured_keys | self._sampled | self._proposed
 
     def close(self) -> None:
         pass
 
     def sample(self, space_index: int, count: int) -> list[Candidate]:
-        left = self._unsampled[self.spaces[space_index]]
+        seen, keys = self.seen(), self.env.dataset.keys
+        left = [i for i in self._uniform[self.spaces[space_index]] if keys[i] not in seen]
         made = []
         while left and len(made) < count:
             index = left.pop(int(self.rng.integers(len(left))))
@@ -170,7 +180,7 @@ class ReplayFactory:
         while parents and len(made) < count and tries < 8 * count:
             tries += 1
             parent = parents[min(int(self.rng.exponential(len(parents) / 3)), len(parents) - 1)]  # better, more often
-            child = _mutate(self.env, parent.sch, self.values, self.rng, small_steps=small_steps, avoid=self.seen)
+            child = _mutate(self.env, parent.sch, self.values, self.rng, small_steps=small_steps, avoid=self.seen())
             cand = None if child is None else self._candidate(child, "mutation", parent.generation + 1)
             if cand is not None:
                 made.append(cand)
@@ -190,10 +200,11 @@ class ReplayFactory:
 
     def _candidate(self, query: Query, origin: str, generation: int) -> Candidate | None:
         key = (query.sketch, query.decisions)
-        if key in self.seen or query.features is None:
-            self.dropped["duplicate"] += key in self.seen
+        seen = key in self.seen()
+        if seen or query.features is None:
+            self.dropped["duplicate"] += seen
             return None
-        self.seen.add(key)
+        (self._sampled if origin == "sample" else self._proposed).add(key)
         space = self.spaces.index(query.sketch)
         return Candidate(sch=query, space=space, regions=(Region(space, "sketch").name,), props={},
                          keys=[f"{inst}={value}" for inst, value in query.decisions], origin=origin,
@@ -205,9 +216,6 @@ class _NoBans:
     def banned() -> list:
         return []
 
-
-# whose recorded batches a policy's clock is charged like (its search's own time per batch)
-RECORDED_AS = {"rules": "kb", "agent": "kb", "evolutionary": "evolutionary", "random": "random"}
 
 # the agent's policy (kb's search steered by a trained agent) is the agent wing's `agent_policy`: the
 # agent is built on the replay, so the replay does not import it

@@ -4,23 +4,15 @@ the model's weights are constants its kernels take them packed, which the build 
 
 from __future__ import annotations
 
-from ..cpu_gemm.family import vector_unit
-from ..family import KernelFamily, NotApplicable
+from ..cpu_gemm.family import CpuFamily, vector_unit
+from ..family import NotApplicable
 from ..fused_conv import FusedConv, match_fused_conv
 
 
-class CpuConv(KernelFamily):
+class CpuConv(CpuFamily):
     name = "cpu_conv"
     source = "schedules/cpu_conv.py"
-    tolerance = 1e-3  # fp32 sums in another order, as the GEMM family's
     shows_refusals_of = "conv2d"
-
-    def applies(self, target, precision: str | None = None) -> str | None:
-        if target.kind.name != "llvm":
-            return "needs an llvm (CPU) target"
-        if precision not in (None, "fp32"):
-            return f"precision {precision}: the template computes fp32"
-        return None
 
     def match(self, mod, target) -> FusedConv:
         return match_fused_conv(mod)

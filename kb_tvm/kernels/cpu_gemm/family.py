@@ -32,9 +32,9 @@ def match_cpu_gemm(mod) -> FusedGemm:
     return fused
 
 
-class CpuGemm(KernelFamily):
-    name = "cpu_gemm"
-    source = "schedules/cpu_gemm.py"
+class CpuFamily(KernelFamily):
+    """What the CPU families share: an llvm target, fp32."""
+
     # fp32 sums in another order: a right kernel is off by ~1e-6 of the scale, a wrong one by far more
     tolerance = 1e-3
 
@@ -44,6 +44,11 @@ class CpuGemm(KernelFamily):
         if precision not in (None, "fp32"):
             return f"precision {precision}: the template computes fp32"
         return None
+
+
+class CpuGemm(CpuFamily):
+    name = "cpu_gemm"
+    source = "schedules/cpu_gemm.py"
 
     def match(self, mod, target) -> FusedGemm:
         return match_cpu_gemm(mod)
