@@ -159,26 +159,30 @@ H200 = {"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024, "max_sha
         "thread_warp_size": 32, "registers_per_block": 65536, "host": {"kind": "llvm"}}
 
 
-@pytest.mark.parametrize(("workload", "target", "skipped"), [
-    # not a Hopper GPU: no region; on llvm the CPU GEMM family says why it does not take it
-    ("gemm-4096-fp16", "llvm", "inputs float16 and float16: the family takes float32"),
-    ("gemm-4096-fp16", {**H200, "arch": "sm_80"}, None),
-    ("gemm-2048", H200, "inputs float32 and float32: the family takes float16 or bfloat16"),
-    ("softmax-128x768", H200, "2 reduction blocks of 4, not one GEMM"),
+@pytest.mark.parametrize(("workload", "target", "family", "skipped"), [
+    # not a Hopper GPU: no region; on llvm the CPU families say why they do not take it
+    ("gemm-4096-fp16", "llvm", "cpu_gemm", "inputs float16 and float16: the family takes float32"),
+    ("gemm-4096-fp16", {**H200, "arch": "sm_80"}, None, None),
+    ("gemm-2048", H200, "hopper_gemm", "inputs float32 and float32: the family takes float16 or bfloat16"),
+    ("softmax-128x768", H200, "hopper_gemm", "2 reduction blocks of 4, not one GEMM"),
 ])
-def test_tune_op_opens_the_template_region_only_for_a_half_precision_gemm_on_hopper(workload, target, skipped,
-                                                                                   tmp_path):
+def test_tune_op_opens_the_template_region_only_for_a_half_precision_gemm_on_hopper(workload, target, family,
+                                                                                   skipped, tmp_path):
     """Decided from the target and the workload's TIR before any GPU is touched (CI has none)."""
     import tvm
 
     from kb_tvm.budget import TuningBudget
+    from kb_tvm.kernels import applicable
     from kb_tvm.tuning import template_region
 
     events = []
-    region = template_region(get_workload(workload), tvm.target.Target(target), TuningBudget(60).start(), tmp_path,
+    target = tvm.target.Target(target)
+    region = template_region(get_workload(workload), target, TuningBudget(60).start(), tmp_path,
                              on_event=events.append)
     assert region is None and not (tmp_path / "kernels.jsonl").exists()
+    # every family that serves the target says why it does not take the workload
+    assert [(e["event"], e["family"]) for e in events] == [("kernel_skip", f.name) for f in applicable(target)]
     if skipped is None:
         assert events == []
     else:
-        assert [e["event"] for e in events] == ["kernel_skip"] and skipped in events[0]["why"]
+        assert skipped in next(e["why"] for e in events if e["family"] == family)

@@ -46,7 +46,7 @@ class SplitGemm(KernelFamily):
             raise NotApplicable(f"{len(func.params)} buffers, not a GEMM's 3")
         return func
 
-    def variants(self, problem, target):
+    def variants(self, problem, target, *, constants=frozenset()):
         return InOrder([Split(4), Split(16), Split(0)])
 
     def build(self, problem, params, target, task):
@@ -89,7 +89,7 @@ def test_a_family_registered_in_one_line_serves_its_targets(monkeypatch, llvm_ta
     assert all(f.name != "split_gemm" for f in kernels.applicable(llvm_target))
     monkeypatch.setattr(kernels, "FAMILIES", (*kernels.FAMILIES, SplitGemm()))  # the one line
     # beside the CPU GEMM; the Hopper GEMM is sm_90's
-    assert [f.name for f in kernels.applicable(llvm_target)] == ["cpu_gemm", "split_gemm"]
+    assert [f.name for f in kernels.applicable(llvm_target)] == ["cpu_gemm", "cpu_conv", "split_gemm"]
 
 
 def test_the_shared_search_checks_times_records_and_resumes_a_new_family(gemm, llvm_target, tmp_path):

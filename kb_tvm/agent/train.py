@@ -48,9 +48,12 @@ def collect(datasets: list[Dataset], *, budget: float, episodes: int, seed: int 
             for d_index, dataset in enumerate(datasets) for episode in range(episodes)]
     if jobs <= 1:
         return [t for job in work for t in _episode(job)]
+    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(jobs) as pool:
+    # spawned, not forked: a fork after xgboost's OpenMP threads ran in this process hangs the
+    # child (the test suite hung so when the replay's tests ran before the agent's)
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         return [t for part in pool.map(_episode, work) for t in part]
 
 
