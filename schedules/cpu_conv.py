@@ -69,7 +69,8 @@ def schedule(func, tile: CpuConvTile):
     sch.reverse_compute_at(epilogue, blocks)
     take_packed(sch, conv, "W", packed_weights(tile.cols), prepacked=tile.prepacked)
     if any(sch.get(b).name_hint == "pad" for b in sch.get_child_blocks(sch.get_sblock("root"))):
-        sch.parallel(sch.get_loops(sch.get_sblock("pad"))[0])  # else it reads X in place
+        batch, channel, *_ = sch.get_loops(sch.get_sblock("pad"))  # else it reads X in place
+        sch.parallel(sch.fuse(batch, channel))
     return sch.mod["main"]
 
 

@@ -141,7 +141,6 @@ def constant_inputs(mod) -> dict[str, frozenset[int]]:
     constants (weights) at every call."""
     import tvm
     from tvm import relax
-
     from tvm.ir.expr import Constant
 
     call_tir = tvm.ir.Op.get("relax.call_tir")

@@ -74,7 +74,7 @@ class FusedConv:
         for block in self.epilogue:
             coords = {iv.var: _typed(iv.var, v) for iv, v in zip(block.iter_vars, at)}
             value = rebuild_at(block.body.value, coords, [(self.conv_out, acc), *computed], inputs,
-                             [iv.var for iv in block.iter_vars])
+                               [iv.var for iv in block.iter_vars])
             computed.append((block.body.buffer, value))
         return value
 
@@ -161,7 +161,7 @@ def _affine(expr, var_values: dict) -> int:
 
 def match_fused_conv(mod, *, dtypes: tuple[str, ...] = ("float32",)) -> FusedConv:
     """The convolution and epilogue `mod`'s "main" (a MetaSchedule task or workload) computes, or NotAConv."""
-    from tvm import s_tir
+    from tvm import s_tir, tirx
 
     func = mod["main"]
     params = list(func.params)
@@ -218,7 +218,6 @@ def match_fused_conv(mod, *, dtypes: tuple[str, ...] = ("float32",)) -> FusedCon
                           out=tuple(int(d) for d in c.source.shape[2:]))
     fused = FusedConv(problem=problem, func=func, x=x, w=weight.source, c=out, conv_out=c.source,
                       epilogue=tuple(epilogue))
-    from tvm import tirx
-
-    fused.value(tirx.Var("acc", "float32"), tirx.Var("q", "int32"), tirx.Var("o", "int32"), [])  # refuse now
+    # the epilogue rebuilt once at symbolic coordinates: what it cannot fuse is refused now, with why
+    fused.value(tirx.Var("acc", "float32"), tirx.Var("q", "int32"), tirx.Var("o", "int32"), [])
     return fused

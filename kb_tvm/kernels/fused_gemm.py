@@ -74,7 +74,7 @@ class FusedGemm:
         for block in self.epilogue:
             coords = _coords(block.iter_vars, row, col, self.problem.m)
             value = rebuild_at(block.body.value, coords, [(self.gemm_out, acc), *computed], inputs or [],
-                             [iv.var for iv in block.iter_vars])
+                               [iv.var for iv in block.iter_vars])
             computed.append((block.body.buffer, value))
         return value
 
