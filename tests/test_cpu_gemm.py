@@ -108,7 +108,7 @@ def _linear(m, n, k, b_layout, dtype="float32", batch=None, b_batched=False):
     return tvm.IRModule({"main": te.create_prim_func([a, b, bias, out])})
 
 
-def test_an_fp32_linear_is_taken_and_half_precision_or_a_b_per_matrix_is_refused(llvm_target):
+def test_an_fp32_linear_or_batched_matmul_is_taken_and_half_precision_is_refused(llvm_target):
     from kb_tvm.kernels.cpu_gemm import FAMILY
     from kb_tvm.kernels.fused_gemm import NotAGemm
 
@@ -119,8 +119,8 @@ def test_an_fp32_linear_is_taken_and_half_precision_or_a_b_per_matrix_is_refused
     assert FAMILY.match(_linear(8, 32, 48, "kn", batch=3), llvm_target).problem.batch == 3  # one B for all
     with pytest.raises(NotAGemm, match="float16 and float16: the family takes float32"):
         FAMILY.match(_linear(64, 32, 48, "nk", dtype="float16"), llvm_target)
-    with pytest.raises(NotAGemm, match="a B for each matrix"):
-        FAMILY.match(_linear(8, 32, 48, "kn", batch=3, b_batched=True), llvm_target)
+    attention = FAMILY.match(_linear(8, 32, 48, "kn", batch=3, b_batched=True), llvm_target).problem
+    assert attention.batch == 3 and attention.b_batched  # a B for each matrix
     assert FAMILY.applies(llvm_target, "fp16") == "precision fp16: the template computes fp32"
 
 
@@ -158,6 +158,32 @@ def test_a_kernel_computes_its_task_also_with_blocks_past_the_last_row_and_colum
                llvm_target)
     expected = np.maximum(a @ (b if b_layout == "kn" else b.T) + bias, 0)
     np.testing.assert_allclose(got.reshape(expected.shape), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(("b_layout", "tile"), [
+    ("kn", CpuGemmTile(rows=8, cols=16)), ("nk", CpuGemmTile(rows=4, cols=32)),
+    ("kn", CpuGemmTile(rows=8, cols=16, pack_b=False)),
+])
+def test_attentions_matmuls_with_a_b_for_each_matrix_compute_right(b_layout, tile, llvm_target):
+    """Three heads of 24 x 48 by 48 x 32: each block reads the panel of its own head's B."""
+    from kb_tvm.kernels.cpu_gemm import FAMILY
+
+    m, n, k, heads = 24, 32, 48, 3
+    fused = FAMILY.match(_linear(m, n, k, b_layout, batch=heads, b_batched=True), llvm_target)
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((heads, m, k), dtype=np.float32)
+    b = rng.standard_normal((heads, k, n) if b_layout == "kn" else (heads, n, k), dtype=np.float32)
+    bias = rng.standard_normal(n, dtype=np.float32)
+    got = _run(FAMILY.build(fused, tile, llvm_target, "scores"), [a, b, bias, np.zeros((heads, m, n), np.float32)],
+               llvm_target)
+    expected = np.maximum(a @ (b if b_layout == "kn" else b.transpose(0, 2, 1)) + bias, 0)
+    np.testing.assert_allclose(got.reshape(expected.shape), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_with_a_b_for_each_matrix_a_block_stays_within_one_matrix():
+    pool = variants(12 * 128, 64, "kn", AVX512, matrix_rows=128)
+    assert pool and all(128 % t.rows == 0 and 64 % t.cols == 0 for t in pool)
+    assert variants(3 * 24, 50, "kn", AVX512, matrix_rows=24) == []  # no vector of columns divides 50
 
 
 def test_the_shared_search_finds_a_right_variant_and_resumes(llvm_target, tmp_path):

@@ -25,11 +25,9 @@ def vector_unit(target) -> VectorUnit:
 
 
 def match_cpu_gemm(mod) -> FusedGemm:
-    """The fp32 fused GEMM `mod`'s "main" computes with one B (or one for all of its batch), or NotAGemm."""
-    fused = match_fused_gemm(mod, input_dtypes=DTYPES, output_dtypes=DTYPES)
-    if fused.problem.b_batched:
-        raise NotAGemm("a B for each matrix of the batch (attention's): the template packs one B")
-    return fused
+    """The fp32 fused GEMM `mod`'s "main" computes (a batch of them: one B for all, or attention's
+    B for each), or NotAGemm."""
+    return match_fused_gemm(mod, input_dtypes=DTYPES, output_dtypes=DTYPES)
 
 
 class CpuFamily(KernelFamily):
@@ -57,8 +55,12 @@ class CpuGemm(CpuFamily):
         from .variants import VariantSearch
 
         p = problem.problem
-        return VariantSearch(rows=p.batch * p.m, n=p.n, b_layout=p.b_layout, unit=vector_unit(target),
-                             b_constant=problem.gemm_inputs[1] in constants)
+        search = VariantSearch(rows=p.batch * p.m, n=p.n, b_layout=p.b_layout, unit=vector_unit(target),
+                               b_constant=problem.gemm_inputs[1] in constants,
+                               matrix_rows=p.m if p.b_batched else None)
+        if not search.pool:
+            raise NotAGemm(f"no register block divides a matrix's {p.m} rows x {p.n} columns (a B for each matrix)")
+        return search
 
     def build(self, problem: FusedGemm, params, target, task: str):
         from ...schedules.cpu_gemm import packing, panels, schedule

@@ -35,17 +35,24 @@ class VectorUnit:
             raise ValueError(f"lanes={self.lanes!r}, registers={self.registers!r}: at least 1 and 4")
 
 
-def variants(rows: int, n: int, b_layout: str, unit: VectorUnit, b_constant: bool = False) -> list[CpuGemmTile]:
+def variants(rows: int, n: int, b_layout: str, unit: VectorUnit, b_constant: bool = False,
+             matrix_rows: int | None = None) -> list[CpuGemmTile]:
     """Every register block that fits the unit (its accumulators, the K step's B vectors and a
     broadcast in the registers; on the stack), for a GEMM of `rows` rows (a batch's rows one
     after the other) and `n` columns, in the prior's order. A B[K, N] whose N the block divides
     may also be read unpacked. A constant B (`b_constant`: a model's weights) whose N the block
-    divides is packed once at build rather than on each call."""
+    divides is packed once at build rather than on each call. With a B for each matrix of the
+    batch (attention's; `matrix_rows`: the rows of one), a block divides the matrix's rows and N,
+    so that it reads one B's panel."""
     out = []
     for vectors in VECTORS:
         cols = vectors * unit.lanes
+        if matrix_rows is not None and n % cols:
+            continue
         for r in range(1, min(rows, MAX_ROWS) + 1):
             if r * vectors + vectors + 1 > unit.registers or r * cols * 4 >= STACK_BYTES:
+                continue
+            if matrix_rows is not None and matrix_rows % r:
                 continue
             packed = CpuGemmTile(rows=r, cols=cols, prepacked=b_constant and n % cols == 0)
             out.extend([packed, CpuGemmTile(rows=r, cols=cols, pack_b=False)] if b_layout == "kn" and n % cols == 0
@@ -66,11 +73,11 @@ class VariantSearch(PatientSearch):
     """The search over the variants of one GEMM (`rows` x `n`, B laid out as `b_layout`)."""
 
     def __init__(self, *, rows: int, n: int, b_layout: str, unit: VectorUnit, b_constant: bool = False,
-                 patience: int = 4, min_gain: float = 0.02) -> None:
+                 matrix_rows: int | None = None, patience: int = 4, min_gain: float = 0.02) -> None:
         if b_layout not in ("kn", "nk"):
             raise ValueError(f"b_layout={b_layout!r}: 'kn' or 'nk'")
         if rows < 1 or n < 1:
             raise ValueError(f"rows={rows!r}, n={n!r}: a GEMM of at least one row and column")
         self.rows, self.n, self.b_layout, self.unit = rows, n, b_layout, unit
-        super().__init__(variants(rows, n, b_layout, unit, b_constant), patience=patience, min_gain=min_gain,
-                         what=f"{rows}x{n}")
+        super().__init__(variants(rows, n, b_layout, unit, b_constant, matrix_rows), patience=patience,
+                         min_gain=min_gain, what=f"{rows}x{n}")
