@@ -162,7 +162,8 @@ def test_a_kernel_computes_its_task_also_with_blocks_past_the_last_row_and_colum
 
 @pytest.mark.parametrize(("b_layout", "tile"), [
     ("kn", CpuGemmTile(rows=8, cols=16)), ("nk", CpuGemmTile(rows=4, cols=32)),
-    ("kn", CpuGemmTile(rows=8, cols=16, pack_b=False)),
+    ("kn", CpuGemmTile(rows=8, cols=16, pack_b=False)), ("kn", CpuGemmTile(rows=8, cols=16, prepacked=True)),
+    ("nk", CpuGemmTile(rows=4, cols=32, prepacked=True)),
 ])
 def test_attentions_matmuls_with_a_b_for_each_matrix_compute_right(b_layout, tile, llvm_target):
     """Three heads of 24 x 48 by 48 x 32: each block reads the panel of its own head's B."""

@@ -71,9 +71,9 @@ class CpuGemm(CpuFamily):
         shapes, packs = problem.kernel_shapes(), ()
         if params.prepacked:
             b = problem.gemm_inputs[1]
-            (_, k), (_, n) = problem.problem.gemm_shapes[0], problem.problem.gemm_shapes[2]
-            shapes[b] = (n // params.cols, k, params.cols)
-            packs = ((b, packing(problem.problem.gemm_shapes[1], panels(problem.problem.b_layout, params.cols))),)
+            pack = packing(problem.problem.gemm_shapes[1], panels(problem.problem.b_layout, params.cols))
+            shapes[b] = tuple(int(d) for d in pack.params[1].ty.shape)  # B's panels (a batch's one after another)
+            packs = ((b, pack),)
         return ExternKernel(task=task, symbol=symbol, func=func.with_attr("global_symbol", symbol),
                             shapes=tuple(shapes), pipeline="default", packs=packs)
 
