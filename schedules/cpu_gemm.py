@@ -54,15 +54,16 @@ def panels(b_layout: str, cols: int):
         (lambda jj, kk: (jj // cols, kk, jj % cols))
 
 
-def take_packed(sch, block, buffer: str, index_map, *, prepacked: bool) -> None:
+def take_packed(sch, block, buffer: str, index_map, *, prepacked: bool, copy: str | None = None) -> None:
     """`block` reads input `buffer` in `index_map`'s layout: prepacked, the kernel takes it so (the
-    build packs it: `packing`); else the kernel copies it so on each call, the copy's outer loop
-    across the threads and its last one a vector."""
+    build packs it: `packing`); else the kernel copies it so on each call (in block `copy` where
+    one already copies it, as pad_einsum's), the copy's outer loop across the threads and its
+    last one a vector."""
     index = [region.source.name for region in sch.get(block).reads].index(buffer)
     if prepacked:
         sch.transform_layout(block, ("read", index), index_map)
         return
-    packed = sch.cache_read(block, index, "global")
+    packed = sch.get_sblock(copy) if copy else sch.cache_read(block, index, "global")
     sch.transform_layout(block, ("read", index), index_map)
     sch.transform_block_layout(packed, index_map)  # its loops follow the packed layout: contiguous writes
     outer, *_, lane = sch.get_loops(packed)
@@ -111,15 +112,7 @@ def schedule(func, tile: CpuGemmTile, b_layout: str):
     sch.reverse_compute_at(epilogue, blocks)
     if not padded:  # a padded block's epilogue stores only the columns below N: not one vector
         sch.vectorize(sch.get_loops(epilogue)[-1])
-    if padded:  # B_pad, which pad_einsum made, copies B into its panels on each call
-        index_map = panels(b_layout, tile.cols)
-        b_index = [region.source.name for region in sch.get(gemm).reads].index(b_name)
-        sch.transform_layout(gemm, ("read", b_index), index_map)
-        packed = sch.get_sblock("B_pad")
-        sch.transform_block_layout(packed, index_map)
-        panel, _, lane = sch.get_loops(packed)
-        sch.parallel(panel)
-        sch.vectorize(lane)
-    elif tile.pack_b:
-        take_packed(sch, gemm, b_name, panels(b_layout, tile.cols), prepacked=tile.prepacked)
+    if tile.pack_b:  # padded: B_pad, which pad_einsum made, copies B into its panels on each call
+        take_packed(sch, gemm, b_name, panels(b_layout, tile.cols), prepacked=tile.prepacked,
+                    copy="B_pad" if padded else None)
     return sch.mod["main"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .family import NotApplicable
-from .fused_gemm import REDUCE, SPATIAL, epilogue_output, kernel_shape, rebuild_at, region_indices
+from .fused_gemm import REDUCE, SPATIAL, epilogue_output, kernel_inputs, kernel_shape, rebuild_at, region_indices
 
 
 class NotAConv(NotApplicable):
@@ -81,9 +81,9 @@ class FusedConv:
     def reference(self, symbol: str):
         """The kernel's twin in plain TIR: the task's signature (W unpacked), a "pad" block where
         the convolution pads, "conv" into D[pixels, channels], then "epilogue"."""
-        from tvm.tirx import PrimFunc, decl_buffer
+        from tvm.tirx import PrimFunc
 
-        inputs = [(x, decl_buffer(kernel_shape(x), str(x.ty.dtype), name=x.name)) for x in self.extras]
+        inputs = kernel_inputs(self.extras)
         main = _plain_conv(self.problem, lambda acc, q, o: self.value(acc, q, o, inputs))
         x2, w2, c2 = main.params
         pairs = [(self.x, x2), (self.w, w2), (self.c, c2), *inputs]  # the task's buffer, the kernel's

@@ -143,12 +143,7 @@ class FusedGemm:
         return PrimFunc(params, main.body, attrs=main.attrs).with_attr("global_symbol", symbol)
 
     def _kernel_inputs(self) -> list:
-        """(task buffer, kernel buffer) for each epilogue input. The task's own buffers do not
-        flatten in TIRx's pipeline (a 3-D residual failed): the kernel reads fresh ones of the
-        same shapes."""
-        from tvm.tirx import decl_buffer
-
-        return [(x, decl_buffer(kernel_shape(x), str(x.ty.dtype), name=x.name)) for x in self.extras]
+        return kernel_inputs(self.extras)
 
     def kernel_shapes(self) -> list[tuple[int, ...]]:
         """The shape the kernel takes each parameter in (A, B, C as 2-D)."""
@@ -244,6 +239,15 @@ def _sum_of_partials(p: GemmProblem, splits: int, epilogue, load):
                 C[vi, vj] = epilogue(total(P, vi, vj), vi, vj)
     # fmt: on
     return main
+
+
+def kernel_inputs(extras: list) -> list:
+    """(task buffer, kernel buffer) for each of a task's epilogue inputs: the task's own buffers
+    do not flatten in TIRx's pipeline (a 3-D residual failed), so the kernel reads fresh ones of
+    the same shapes."""
+    from tvm.tirx import decl_buffer
+
+    return [(x, decl_buffer(kernel_shape(x), str(x.ty.dtype), name=x.name)) for x in extras]
 
 
 def kernel_shape(buf) -> tuple[int, ...]:
