@@ -3,10 +3,10 @@ task before MetaSchedule's search and kept where they win. A family: its own fol
 
 from __future__ import annotations
 
-from . import cpu_conv, cpu_gemm, hopper_gemm
+from . import attention, cpu_conv, cpu_gemm, hopper_gemm
 from .family import KernelFamily, NotApplicable
 
-FAMILIES: tuple[KernelFamily, ...] = (hopper_gemm.FAMILY, cpu_gemm.FAMILY, cpu_conv.FAMILY)
+FAMILIES: tuple[KernelFamily, ...] = (hopper_gemm.FAMILY, attention.FAMILY, cpu_gemm.FAMILY, cpu_conv.FAMILY)
 
 
 def applicable(target, precision: str | None = None) -> tuple[KernelFamily, ...]:

@@ -22,9 +22,13 @@ def to_relax(model):
 
 def relax_module(model, target, *, precision: str, math: str):
     """The module a model is tuned and built from: imported, its integer powers written out
-    (`rewrites.integer_powers_as_products`), in `precision`, with `math`, prepared."""
+    (`rewrites.integer_powers_as_products`), in `precision`, with `math`, its attention one task
+    where the attention family computes it (kernels/attention/rewrite.py), prepared."""
+    from ..kernels.attention import fuse_attention, takes_attention
+
     imported = integer_powers_as_products()(to_relax(model))
-    return prepare(apply_math(lower_precision(imported, precision), math), target)
+    mod = apply_math(lower_precision(imported, precision), math)
+    return prepare(fuse_attention(mod) if takes_attention(target, precision) else mod, target)
 
 
 def prepare(mod, target):

@@ -1,0 +1,80 @@
+"""schedules/flash_attention.py as a `KernelFamily`: it takes the `kb_attention` tasks that
+rewrite.py makes of a model's attention (their PrimFunc carries the problem), on an sm_90 GPU in
+fp16 or bf16, and searches its tiles in the order below."""
+
+from __future__ import annotations
+
+from ..family import KernelFamily, NotApplicable, PatientSearch
+from ..hopper_gemm.family import ARCH, PRECISIONS, on_hopper
+from .rewrite import ATTR, AttentionShape
+
+# (bm, bn) in the order to measure: 4 warps a block and 64-key tiles first (the most blocks in
+# flight and a short loop), then the rest
+TILE_ORDER = ((64, 64), (128, 64), (64, 32), (64, 128), (128, 32), (128, 128))
+
+
+def takes_attention(target, precision: str | None) -> bool:
+    """Whether the rewrite to one attention task pays here: the family computes it."""
+    return FAMILY.applies(target, precision) is None
+
+
+class FlashAttention(KernelFamily):
+    name = "flash_attention"
+    source = "schedules/flash_attention.py"
+    shows_refusals_of = "kb_attention"
+
+    def applies(self, target, precision: str | None = None) -> str | None:
+        if precision is not None and precision not in PRECISIONS:
+            return f"precision {precision}: the kernel takes {' or '.join(PRECISIONS)} inputs"
+        if not on_hopper(target):
+            return "needs an sm_90 CUDA target"
+        return None
+
+    def match(self, mod, target) -> AttentionShape:
+        func = mod["main"]
+        if func.attrs is None or ATTR not in func.attrs:
+            raise NotApplicable("not an attention task (the model's attention becomes one kb_attention task)")
+        return AttentionShape.from_attrs(func.attrs[ATTR])
+
+    def variants(self, problem: AttentionShape, target, *, constants: frozenset[int] = frozenset()):
+        from ...schedules.flash_attention import DTYPES, AttentionTile
+
+        if problem.dtype not in DTYPES:
+            raise NotApplicable(f"dtype {problem.dtype}: the kernel takes {', '.join(DTYPES)}")
+        pool = [tile for tile in (AttentionTile(bm=bm, bn=bn) for bm, bn in TILE_ORDER)
+                if not tile.fits(problem.d, problem.d_v)]
+        if not pool:
+            raise NotApplicable(f"no tile takes heads of d={problem.d}, d_v={problem.d_v}")
+        return PatientSearch(pool, patience=3, what=f"attention {problem.seq}x{problem.seq_kv}x{problem.d}")
+
+    def build(self, problem: AttentionShape, params, target, task: str):
+        from ...schedules.flash_attention import attention
+        from ..extern import ExternKernel
+
+        symbol = f"kb_attention_{task}"
+        p = problem
+        heads = p.batch * p.heads
+        shapes = [(heads * p.seq, p.d), (heads * p.d, p.seq_kv), (heads * p.seq_kv, p.d_v)]
+        if p.bias_dims is not None:
+            shapes.append(tuple(p.bias_dims))
+        shapes.append((heads * p.seq, p.d_v))
+        return ExternKernel(task=task, symbol=symbol, func=attention(p, params, symbol), shapes=tuple(shapes),
+                            arch=ARCH)
+
+    def describe(self, params) -> str:
+        return params.describe()
+
+    def record(self, params) -> dict:
+        return {"tile": {"bm": params.bm, "bn": params.bn}}
+
+    def from_record(self, row: dict):
+        from ...schedules.flash_attention import AttentionTile
+
+        return AttentionTile(**row["tile"])
+
+    def problem_record(self, problem: AttentionShape) -> dict:
+        return {"seq": problem.seq, "seq_kv": problem.seq_kv, "d": problem.d, "heads": problem.batch * problem.heads,
+                "dtype": problem.dtype}
+
+
+FAMILY = FlashAttention()

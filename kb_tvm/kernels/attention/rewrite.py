@@ -1,0 +1,237 @@
+"""A model's attention as one task: the Relax graph an ONNX export's attention imports as (two
+matmuls around a softmax, fp16/bf16 inputs with fp32 accumulation) replaced by one call of
+`kb_attention`, a PrimFunc computing the same thing, which the attention family then replaces by
+its fused kernel. Without the rewrite the scores are three tasks (QKᵀ with the mask's add, the
+softmax, ·V) that write and read a [heads, seq, seq] tensor in between.
+
+What is matched, from the second matmul back (optional steps in brackets):
+
+    s = matmul(q, kᵀ, fp32)  [astype half, astype fp32]  [+ bias]
+    p = softmax(s, last axis)  [where(isnan(p), 0, p)]
+    o = matmul(astype(p, half), v, fp32)  [astype half]
+
+q, kᵀ and v are [.., seq, d], [.., d, seq_kv] and [.., seq_kv, d_v] with the same leading axes
+(the heads); the bias (the mask: causal, padding) broadcasts to the scores. The exports of
+transformers' Llama and GPT-2 and torchvision's ViT import as this; anything else is left as it
+was. The rewrite keeps every op's order and rounding, so the untuned build computes what it
+did: the tests compare the two."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+HALF = ("float16", "bfloat16")
+NAME = "kb_attention"  # the PrimFunc's name hint: its task is "kb_attention", "kb_attention1", ...
+ATTR = "kb_attention"  # the PrimFunc attribute the family reads the problem from
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """One attention call as the kernel computes it: `heads` independent (seq x seq_kv) problems
+    (the leading axes, flattened), inputs in `dtype`, output in `out_dtype`; `bias_dims`: the
+    bias's four dims (batch, heads, seq, seq_kv), each 1 where it broadcasts, or None."""
+
+    batch: int
+    heads: int
+    seq: int
+    seq_kv: int
+    d: int
+    d_v: int
+    dtype: str
+    out_dtype: str
+    bias_dims: tuple[int, int, int, int] | None
+    round_scores: bool  # the scores are rounded to `dtype` before the bias (an fp16 model's cast)
+    nan_to_zero: bool  # a row whose scores are all -inf gives 0 (the export's isnan guard), not NaN
+
+    def attrs(self) -> dict:
+        return {"batch": self.batch, "heads": self.heads, "seq": self.seq, "seq_kv": self.seq_kv, "d": self.d,
+                "d_v": self.d_v, "dtype": self.dtype, "out_dtype": self.out_dtype,
+                "bias_dims": list(self.bias_dims) if self.bias_dims is not None else [],
+                "round_scores": int(self.round_scores), "nan_to_zero": int(self.nan_to_zero)}
+
+    @classmethod
+    def from_attrs(cls, attrs) -> "AttentionShape":
+        bias = [int(d) for d in attrs["bias_dims"]]
+        return cls(batch=int(attrs["batch"]), heads=int(attrs["heads"]), seq=int(attrs["seq"]),
+                   seq_kv=int(attrs["seq_kv"]), d=int(attrs["d"]), d_v=int(attrs["d_v"]),
+                   dtype=str(attrs["dtype"]), out_dtype=str(attrs["out_dtype"]),
+                   bias_dims=tuple(bias) if bias else None, round_scores=bool(int(attrs["round_scores"])),
+                   nan_to_zero=bool(int(attrs["nan_to_zero"])))
+
+
+def attention_te(q, k_t, v, bias, shape: AttentionShape):
+    """The computation, in TE, on 4-D q [B, H, S, D], kᵀ [B, H, D, Skv], v [B, H, Skv, Dv] and bias
+    [b, h, s, Skv] (dims of 1 broadcast): the reference the family's kernels are checked against,
+    and what MetaSchedule schedules where no kernel is chosen."""
+    from tvm import te, tirx, topi
+
+    f32 = "float32"
+    d = te.reduce_axis((0, shape.d), name="d")
+    scores = te.compute((shape.batch, shape.heads, shape.seq, shape.seq_kv),
+                        lambda b, h, i, j: te.sum(q[b, h, i, d].astype(f32) * k_t[b, h, d, j].astype(f32), axis=d),
+                        name="scores")
+    if shape.round_scores:
+        scores = te.compute(scores.shape, lambda *i: scores(*i).astype(shape.dtype).astype(f32), name="rounded")
+    if bias is not None:
+        dims = shape.bias_dims
+
+        def at(b, h, i, j):
+            return bias[b if dims[0] > 1 else 0, h if dims[1] > 1 else 0, i if dims[2] > 1 else 0, j]
+
+        plain = scores
+        scores = te.compute(plain.shape, lambda b, h, i, j: plain[b, h, i, j] + at(b, h, i, j), name="biased")
+    probs = topi.nn.softmax(scores, axis=3)
+    if shape.nan_to_zero:
+        raw = probs
+        probs = te.compute(raw.shape, lambda *i: tirx.Select(tirx.isnan(raw(*i)), tirx.const(0, f32), raw(*i)),
+                           name="finite")
+    half = te.compute(probs.shape, lambda *i: probs(*i).astype(shape.dtype), name="probs")
+    j = te.reduce_axis((0, shape.seq_kv), name="j")
+    out = te.compute((shape.batch, shape.heads, shape.seq, shape.d_v),
+                     lambda b, h, i, e: te.sum(half[b, h, i, j].astype(f32) * v[b, h, j, e].astype(f32), axis=j),
+                     name="out")
+    if shape.out_dtype != f32:
+        acc = out
+        out = te.compute(acc.shape, lambda *i: acc(*i).astype(shape.out_dtype), name="out_cast")
+    return out
+
+
+def fuse_attention(mod):
+    """`mod` with every attention it matches computed by one `kb_attention` call (its PrimFunc
+    carries the AttentionShape as attribute ATTR and is opaque to fusion, so that it stays one
+    task); unchanged where nothing matches."""
+    from tvm import relax
+
+    from ...model_tuning.rewrites import over_relax_functions
+
+    return relax.transform.DeadCodeElimination()(over_relax_functions(_attention_mutator(), "FuseAttention")(mod))
+
+
+def _attention_mutator():
+    import tvm
+    from tvm import relax
+    from tvm.ir.expr import GenericConst
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    op = {name: tvm.ir.Op.get(f"relax.{name}") for name in ("matmul", "astype", "add", "where", "isnan")}
+    softmax = tvm.ir.Op.get("relax.nn.softmax")
+
+    def call_of(expr, name_or_op):
+        target = op[name_or_op] if isinstance(name_or_op, str) else name_or_op
+        return expr if isinstance(expr, relax.Call) and expr.op.same_as(target) else None
+
+    def dims(expr) -> list[int] | None:
+        shape = expr.ty.shape
+        try:
+            return [int(x) for x in shape.values]
+        except (AttributeError, TypeError):  # a symbolic or unknown shape
+            return None
+
+    @mutator
+    class FuseAttention(PyExprMutator):
+        def value(self, expr):
+            """What a dataflow variable is bound to (the expression itself otherwise)."""
+            if isinstance(expr, relax.Var):
+                bound = self.lookup_binding(expr)
+                return bound if bound is not None else expr
+            return expr
+
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            out_dtype = "float32"
+            second = call_of(call, "astype")
+            if second is not None and str(call.ty.dtype) in HALF:
+                out_dtype = str(call.ty.dtype)
+                second = call_of(self.value(call.args[0]), "matmul")
+            else:
+                second = call_of(call, "matmul")
+            if second is None or str(second.ty.dtype) != "float32":
+                return call
+            matched = self.match(second, out_dtype)
+            return call if matched is None else matched
+
+        def match(self, second, out_dtype):
+            """The kb_attention call computing `second` (then cast to `out_dtype`), or None."""
+            probs16 = call_of(self.value(second.args[0]), "astype")
+            v = second.args[1]
+            if probs16 is None or str(probs16.ty.dtype) not in HALF or str(v.ty.dtype) != str(probs16.ty.dtype):
+                return None
+            dtype = str(probs16.ty.dtype)
+            probs, nan_to_zero = self.value(probs16.args[0]), False
+            guarded = call_of(probs, "where")
+            if guarded is not None:  # where(isnan(p), 0, p)
+                test = call_of(self.value(guarded.args[0]), "isnan")
+                zero = guarded.args[1]
+                if (test is None or not test.args[0].same_as(guarded.args[2]) or not isinstance(zero, GenericConst)
+                        or zero.value.numpy().size != 1 or float(zero.value.numpy().reshape(())) != 0.0):
+                    return None
+                probs, nan_to_zero = self.value(guarded.args[2]), True
+            sm = call_of(probs, softmax)
+            if sm is None or str(sm.ty.dtype) != "float32" or int(sm.attrs.axis) not in (-1, len(sm.ty.shape) - 1):
+                return None
+            scores, bias = self.value(sm.args[0]), None
+            added = call_of(scores, "add")
+            if added is not None:
+                left, right = self.value(added.args[0]), self.value(added.args[1])
+                # the scores are the operand that a matmul (or its casts) computes
+                if self.scores_matmul(left)[0] is not None:
+                    scores, bias = left, added.args[1]
+                elif self.scores_matmul(right)[0] is not None:
+                    scores, bias = right, added.args[0]
+                else:
+                    return None
+            first, round_scores = self.scores_matmul(scores)
+            if first is None:
+                return None
+            q, k_t = first.args
+            qd, kd, vd, sd = dims(q), dims(k_t), dims(v), dims(scores)
+            if None in (qd, kd, vd, sd) or not (len(qd) == len(kd) == len(vd) >= 2):
+                return None
+            lead, (seq, d), (d_k, seq_kv), (seq_v, d_v) = qd[:-2], qd[-2:], kd[-2:], vd[-2:]
+            if kd[:-2] != lead or vd[:-2] != lead or d_k != d or seq_v != seq_kv or len(lead) > 2:
+                return None
+            if str(q.ty.dtype) != dtype or str(k_t.ty.dtype) != dtype:
+                return None
+            batch, heads = ([1] * (2 - len(lead)) + lead)
+            bias_dims = None
+            if bias is not None:
+                bd = dims(bias)
+                if bd is None or str(bias.ty.dtype) != "float32" or len(bd) > 4:
+                    return None
+                bd = [1] * (4 - len(bd)) + bd
+                if any(got not in (1, full) for got, full in zip(bd, (batch, heads, seq, seq_kv))) or bd[3] != seq_kv:
+                    return None
+                bias_dims = tuple(bd)
+            shape = AttentionShape(batch=batch, heads=heads, seq=seq, seq_kv=seq_kv, d=d, d_v=d_v, dtype=dtype,
+                                   out_dtype=out_dtype, bias_dims=bias_dims, round_scores=round_scores,
+                                   nan_to_zero=nan_to_zero)
+            as4 = [self.four_d(x, batch, heads) for x in (q, k_t, v)]
+            args = as4 + ([self.builder_.emit(relax.op.reshape(bias, bias_dims))] if bias is not None else [])
+            func = (lambda q_, k_, v_, b_: attention_te(q_, k_, v_, b_, shape)) if bias is not None else \
+                (lambda q_, k_, v_: attention_te(q_, k_, v_, None, shape))
+            out = self.builder_.emit(self.builder_.call_te(
+                func, *args, primfunc_name_hint=NAME, primfunc_attrs={ATTR: shape.attrs(), "op_pattern": 8}))
+            return relax.op.reshape(out, [*lead, seq, d_v]) if len(lead) != 2 else out
+
+        def scores_matmul(self, expr):
+            """(the fp32 matmul of half inputs computing `expr`, whether it is rounded to half on
+            the way: astype(astype(mm, half), fp32)), or (None, False)."""
+            up = call_of(expr, "astype")
+            rounded = False
+            if up is not None and str(up.ty.dtype) == "float32":
+                down = call_of(self.value(up.args[0]), "astype")
+                if down is None or str(down.ty.dtype) not in HALF:
+                    return None, False
+                expr, rounded = self.value(down.args[0]), True
+            mm = call_of(expr, "matmul")
+            if mm is None or str(mm.ty.dtype) != "float32" or str(mm.args[0].ty.dtype) not in HALF:
+                return None, False
+            if rounded and str(down.ty.dtype) != str(mm.args[0].ty.dtype):
+                return None, False
+            return mm, rounded
+
+        def four_d(self, x, batch, heads):
+            shape = [int(s) for s in x.ty.shape.values]
+            return x if len(shape) == 4 else self.builder_.emit(relax.op.reshape(x, [batch, heads, *shape[-2:]]))
+
+    return FuseAttention

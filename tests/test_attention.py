@@ -1,0 +1,169 @@
+"""The attention family: a model's attention made one task (the Relax rewrite), its reference
+computation, the family's reading of the task, and its kernels as ptxas assembles them. Running
+them needs a Hopper GPU (benchmarks/attention_h200.py)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kb_tvm.kernels.attention import FAMILY, AttentionShape, fuse_attention, takes_attention
+from kb_tvm.kernels.family import NotApplicable
+from kb_tvm.schedules.flash_attention import AttentionTile
+
+WORKLOADS = Path(__file__).resolve().parent.parent / "workloads"
+SEQ = {"input_ids": (1, 16), "attention_mask": (1, 16)}
+HOPPER = {"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024, "max_shared_memory_per_block": 49152,
+          "thread_warp_size": 32, "registers_per_block": 65536, "host": {"kind": "llvm"}}
+
+
+def half_module(name: str, shapes: dict, precision: str = "fp16"):
+    from kb_tvm.model_tuning import apply_math, load_onnx, lower_precision, to_relax
+    from kb_tvm.model_tuning.rewrites import integer_powers_as_products
+
+    model = load_onnx(WORKLOADS / name, shapes)
+    return model, apply_math(lower_precision(integer_powers_as_products()(to_relax(model)), precision), "exact")
+
+
+def attention_funcs(mod) -> list:
+    return [func for gv, func in mod.functions.items() if gv.name_hint.startswith("kb_attention")]
+
+
+@pytest.mark.parametrize("name,shapes,layers,bias", [
+    ("llama_tiny.onnx", SEQ, 1, (1, 1, 16, 16)),  # causal and padding mask, isnan guard
+    ("gpt2_tiny.onnx", SEQ, 1, (1, 1, 16, 16)),
+    ("vit_tiny.onnx", {"input": (1, 3, 32, 32)}, 1, None),  # no mask, 17 tokens
+])
+def test_the_shipped_architectures_attention_becomes_one_task_per_layer(name, shapes, layers, bias):
+    _, mod = half_module(name, shapes)
+    fused = fuse_attention(mod)
+    funcs = attention_funcs(fused)
+    assert len(funcs) == layers
+    shape = AttentionShape.from_attrs(funcs[0].attrs["kb_attention"])
+    assert shape.bias_dims == bias and shape.dtype == "float16" and shape.round_scores
+    assert shape.nan_to_zero == (bias is not None)  # the decoders' exports guard fully masked rows
+    ops = fused["main"].script()
+    assert "R.nn.softmax" not in ops and "R.nn.softmax" in mod["main"].script()
+
+
+def test_fp32_models_and_other_targets_keep_their_graph():
+    from kb_tvm.model_tuning.relax_build import relax_module
+    import tvm
+
+    _, fp32 = half_module("llama_tiny.onnx", SEQ, "fp32")
+    assert not attention_funcs(fuse_attention(fp32))  # no half inputs: nothing the kernel takes
+    hopper, llvm = tvm.target.Target(HOPPER), tvm.target.Target("llvm")
+    assert takes_attention(hopper, "fp16") and takes_attention(hopper, "bf16")
+    assert not takes_attention(hopper, "fp32") and not takes_attention(llvm, "fp16")
+    model, _ = half_module("llama_tiny.onnx", SEQ)
+    assert not attention_funcs(relax_module(model, llvm, precision="fp16", math="exact"))
+
+
+def test_the_rewritten_model_computes_what_the_model_did(llvm_target):
+    """The untuned build with the attention as one task (its TE reference, scheduled by default)
+    gives the same outputs as with the attention's ops apart."""
+    from kb_tvm.model_tuning import prepare
+    from kb_tvm.model_tuning.onnx_input import example_inputs
+    from kb_tvm.model_tuning.profiling import run_outputs
+    from kb_tvm.model_tuning.relax_build import build
+
+    model, mod = half_module("llama_tiny.onnx", SEQ)
+    inputs = [example_inputs(model), example_inputs(model, seed=1)]  # half the tokens padded, then random
+    before, after = (run_outputs(build(prepare(m, llvm_target), llvm_target), llvm_target, inputs)
+                     for m in (mod, fuse_attention(mod)))
+    for b, a in zip(before, after):
+        assert np.isfinite(a[0]).all()
+        np.testing.assert_allclose(a[0].astype(np.float32), b[0].astype(np.float32), atol=1e-3, rtol=1e-3)
+
+
+def reference(q, k_t, v, bias, dtype="float16"):
+    s = (q.astype(np.float64) @ k_t.astype(np.float64)).astype(dtype).astype(np.float64)
+    s = s + bias if bias is not None else s
+    with np.errstate(invalid="ignore"):
+        e = np.exp(s - s.max(-1, keepdims=True))
+        p = e / e.sum(-1, keepdims=True)
+    return np.where(np.isnan(p), 0.0, p).astype(dtype).astype(np.float64) @ v.astype(np.float64)
+
+
+def test_the_attention_reference_is_softmax_of_the_biased_scores_times_v_with_masked_rows_zero(llvm_target):
+    import tvm
+    from tvm import te
+
+    from kb_tvm.kernels.attention.rewrite import attention_te
+
+    shape = AttentionShape(batch=2, heads=3, seq=20, seq_kv=24, d=16, d_v=32, dtype="float16",
+                           out_dtype="float32", bias_dims=(1, 3, 20, 24), round_scores=True, nan_to_zero=True)
+    rng = np.random.default_rng(0)
+    q = rng.uniform(-1, 1, (2, 3, 20, 16)).astype("float16")
+    k_t = rng.uniform(-1, 1, (2, 3, 16, 24)).astype("float16")
+    v = rng.uniform(-1, 1, (2, 3, 24, 32)).astype("float16")
+    bias = np.where(rng.uniform(size=(1, 3, 20, 24)) < 0.3, -np.inf, 0).astype("float32")
+    bias[0, 1, 5, :] = -np.inf  # one row masked whole: 0, not NaN
+    x = [te.placeholder(a.shape, str(a.dtype)) for a in (q, k_t, v, bias)]
+    func = te.create_prim_func([*x, attention_te(*x, shape)])
+    lib = tvm.compile(tvm.IRModule({"main": func}), target=llvm_target)
+    args = [tvm.runtime.tensor(a) for a in (q, k_t, v, bias)] + [tvm.runtime.empty((2, 3, 20, 32), "float32")]
+    lib["main"](*args)
+    got, expected = args[-1].numpy(), reference(q, k_t, v, bias)
+    assert np.all(got[:, 1, 5] == 0) and np.isfinite(got).all()
+    np.testing.assert_allclose(got, expected, atol=2e-3)
+
+
+def test_the_family_reads_the_task_and_refuses_others():
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from kb_tvm.model_tuning import prepare
+    from kb_tvm.workloads import get_workload
+
+    target = tvm.target.Target(HOPPER)
+    _, mod = half_module("llama_tiny.onnx", SEQ)
+    tasks = {str(t.task_name): t for t in ms.relax_integration.extract_tasks(prepare(fuse_attention(mod), target),
+                                                                             target)}
+    assert "kb_attention" in tasks  # one task, opaque to fusion: no neighbours fused into it
+    problem = FAMILY.match(tasks["kb_attention"].dispatched[0], target)
+    assert (problem.heads, problem.seq, problem.seq_kv, problem.d, problem.bias_dims) == (4, 16, 16, 16,
+                                                                                        (1, 1, 16, 16))
+    with pytest.raises(NotApplicable, match="not an attention task"):
+        FAMILY.match(get_workload("gemm-4096-fp16").module(), target)
+    pool = FAMILY.variants(problem, target).pool
+    assert pool[0] == AttentionTile(bm=64, bn=64) and len(pool) == len(set(pool)) == 6
+    kernel = FAMILY.build(problem, pool[0], target, "kb_attention")
+    # the kernel takes each head's matrices one after the other, the bias as the model broadcasts it
+    assert kernel.shapes == ((64, 16), (64, 16), (64, 16), (1, 1, 16, 16), (64, 16)) and kernel.arch == "sm_90a"
+    assert FAMILY.from_record(FAMILY.record(pool[1])) == pool[1]
+
+
+def test_tiles_name_what_they_break():
+    with pytest.raises(ValueError, match=r"bm=96: 64 or 128"):
+        AttentionTile(bm=96)
+    with pytest.raises(ValueError, match=r"bn=48: 32, 64 or 128"):
+        AttentionTile(bn=48)
+    assert AttentionTile().fits(64, 64) == []
+    assert "d=72: a multiple of 16" in AttentionTile().fits(72, 72)[0]
+    assert "registers" in AttentionTile(bm=128, bn=128).fits(256, 256)[0]
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (CUDA's ptxas), not a GPU")
+@pytest.mark.parametrize("bias,dtype,out_dtype,d", [((1, 1, 197, 197), "float16", "float16", 64),
+                                                    (None, "bfloat16", "float32", 128)])
+def test_ptxas_assembles_every_tile_without_spills(bias, dtype, out_dtype, d, tmp_path):
+    import tvm
+
+    from kb_tvm.kernels.extern import compile_kernels
+
+    target = tvm.target.Target(HOPPER)
+    problem = AttentionShape(batch=1, heads=12, seq=197, seq_kv=197, d=d, d_v=d, dtype=dtype, out_dtype=out_dtype,
+                             bias_dims=bias, round_scores=True, nan_to_zero=True)
+    for tile in FAMILY.variants(problem, target).pool:
+        source = tmp_path / "k.cu"
+        source.write_text(compile_kernels([FAMILY.build(problem, tile, target, "t")], target).imports[0]
+                          .inspect_source("cuda"))
+        done = subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", "-w", "-Xptxas", "-v", "-o", str(tmp_path / "k.cubin"),
+                               str(source)], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "0 bytes spill stores" in done.stderr, f"{tile.describe()}: {done.stderr[-500:]}"
