@@ -167,3 +167,19 @@ def test_ptxas_assembles_every_tile_without_spills(bias, dtype, out_dtype, d, tm
                                str(source)], capture_output=True, text=True)
         assert done.returncode == 0, done.stderr[-2000:]
         assert "0 bytes spill stores" in done.stderr, f"{tile.describe()}: {done.stderr[-500:]}"
+
+
+def test_metaschedule_does_not_search_a_task_the_attention_family_took():
+    from types import SimpleNamespace
+
+    from kb_tvm.kernels import hopper_gemm
+    from kb_tvm.kernels.model_stage import left_to_search
+    from kb_tvm.kernels.task_search import KernelChoice
+
+    tasks = [SimpleNamespace(task_name=name) for name in ("kb_attention", "matmul", "softmax")]
+    found = {"kb_attention": KernelChoice(task="kb_attention", family=FAMILY, problem=None, params=None, seconds=1e-5),
+             "matmul": KernelChoice(task="matmul", family=hopper_gemm.FAMILY, problem=None, params=None,
+                                    seconds=1e-5)}
+    # MetaSchedule may still beat a GEMM family's kernel, not the fused attention
+    assert [str(t.task_name) for t in left_to_search(tasks, found)] == ["matmul", "softmax"]
+    assert left_to_search(tasks, {}) == tasks

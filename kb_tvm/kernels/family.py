@@ -78,6 +78,9 @@ class KernelFamily(ABC):
     # a model's tasks whose names hold this are those users expect the family to take: its
     # refusals of them are shown (the rest would be noise)
     shows_refusals_of: str | None = None
+    # False where MetaSchedule's space cannot reach what the family's kernel does (a fused
+    # attention keeps the scores on chip): a task the family took is then not searched at all
+    metaschedule_competes: bool = True
 
     @abstractmethod
     def applies(self, target, precision: str | None = None) -> str | None:

@@ -56,6 +56,12 @@ def search_kernels(tasks, untuned, target, *, precision: str | None, budget, wor
     return out
 
 
+def left_to_search(tasks: list, found: dict[str, KernelChoice]) -> list:
+    """The tasks MetaSchedule still searches: all but those whose family's kernel its space
+    cannot reach (`KernelFamily.metaschedule_competes`)."""
+    return [t for t in tasks if str(t.task_name) not in found or found[str(t.task_name)].family.metaschedule_competes]
+
+
 def slice_end(now: float, end: float, model_time: float, model_time_left: float) -> float:
     """When one task's variant search stops: its share, by the model time of the tasks still to
     search (this one's included), of the stage's seconds left. What a task leaves unspent goes

@@ -144,6 +144,7 @@ def tune_model(
             found = model_stage.search_kernels(tasks, untuned, target, precision=precision, budget=tuning_budget,
                                                work_dir=work_dir, default_latency=default_latency,
                                                constants=constant_inputs(mod), notify=notify)
+        searchable, rescued = model_stage.left_to_search(searchable, found), model_stage.left_to_search(rescued, found)
         # the scheduler starts from what each task has now: a family's kernel already makes its task fast
         current_latency = {name: min(seconds, found[name].seconds) if name in found else seconds
                            for name, seconds in default_latency.items()}

@@ -22,6 +22,10 @@ class FlashAttention(KernelFamily):
     name = "flash_attention"
     source = "schedules/flash_attention.py"
     shows_refusals_of = "kb_attention"
+    # MetaSchedule schedules kb_attention's TIR as five kernels with the scores in memory between
+    # them: on the H200 its first batch of a decoder's attention took 98 s of a 4-minute budget
+    # and did not beat the family's kernel, so the task is not searched once the family has one
+    metaschedule_competes = False
 
     def applies(self, target, precision: str | None = None) -> str | None:
         if precision is not None and precision not in PRECISIONS:
