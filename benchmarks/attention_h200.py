@@ -20,6 +20,7 @@ SHAPES = {
     "llama-seq512": (32, 512, 64, "causal", "float16", "float16"),
     "gpt2-seq128": (12, 128, 64, "causal", "float16", "float16"),
     "vit-seq197": (12, 197, 64, "none", "float16", "float16"),
+    "bert-seq128-padding": (12, 128, 64, "padding", "float16", "float16"),  # scaled by 1/8 in fp16
     "masked-rows-bf16-d128": (4, 80, 128, "rows", "bfloat16", "float32"),
 }
 TARGET = {"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024, "max_shared_memory_per_block": 49152,
@@ -29,9 +30,10 @@ TARGET = {"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024, "max_s
 def problem(heads, seq, d, bias, dtype, out_dtype):
     from kb_tvm.kernels.attention import AttentionShape
 
+    bias_dims = None if bias == "none" else (1, 1, 1, seq) if bias == "padding" else (1, 1, seq, seq)
     return AttentionShape(batch=1, heads=heads, seq=seq, seq_kv=seq, d=d, d_v=d, dtype=dtype, out_dtype=out_dtype,
-                          bias_dims=None if bias == "none" else (1, 1, seq, seq), round_scores=True,
-                          nan_to_zero=True)
+                          bias_dims=bias_dims, round_scores=True, nan_to_zero=bias != "padding",
+                          scale=0.125 if bias == "padding" else 1.0)
 
 
 def inputs(p, bias: str, seed: int = 0) -> list[np.ndarray]:
@@ -45,7 +47,10 @@ def inputs(p, bias: str, seed: int = 0) -> list[np.ndarray]:
     arrays = [q, k_t, v]
     if bias != "none":
         b = np.zeros((1, 1, p.seq, p.seq_kv), "float32")
-        if bias == "causal":
+        if bias == "padding":  # BERT's: the last quarter of the keys padded
+            b = np.zeros((1, 1, 1, p.seq_kv), "float32")
+            b[..., -p.seq_kv // 4:] = np.finfo(np.float32).min
+        elif bias == "causal":
             b[0, 0][np.triu_indices(p.seq, 1, p.seq_kv)] = np.finfo(np.float32).min
         else:  # every third row masked whole: their output is 0 (nan_to_zero)
             b[0, 0, ::3, :] = -np.inf
@@ -55,7 +60,8 @@ def inputs(p, bias: str, seed: int = 0) -> list[np.ndarray]:
 
 def numpy_reference(p, arrays) -> np.ndarray:
     q, k_t, v = (a.astype(np.float64) for a in arrays[:3])
-    s = (q @ k_t).astype(p.dtype).astype(np.float64)  # the model rounds the scores to its dtype
+    s = (q @ k_t).astype(p.dtype)  # the model rounds the scores to its dtype, then scales them in it
+    s = (s * np.array(p.scale, p.dtype)).astype(np.float64)
     if len(arrays) > 3:
         s = s + arrays[3].astype(np.float64)
     with np.errstate(invalid="ignore"):
@@ -130,11 +136,12 @@ def main(out_path: str, names: tuple[str, ...]) -> None:
         tk = tk.transpose(-1, -2).contiguous()
         mask = torch.from_numpy(arrays[3]).cuda().to(tq.dtype) if len(arrays) > 3 else None
         is_causal = bias == "causal"
+        scale = p.scale
 
         def sdpa():
             if is_causal:
-                return torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=True, scale=1.0)
-            return torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=mask, scale=1.0)
+                return torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=True, scale=scale)
+            return torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=mask, scale=scale)
 
         for _ in range(10):
             sdpa()

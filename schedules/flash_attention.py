@@ -44,6 +44,9 @@ class AttentionTile:
 
     bm: int = 64
     bn: int = 64
+    # V's B fragments read with ldmatrix.trans (one instruction for two registers), not with four
+    # 2-byte shared-memory loads
+    v_ldmatrix: bool = True
 
     def __post_init__(self) -> None:
         problems = []
@@ -51,6 +54,8 @@ class AttentionTile:
             problems.append(f"bm={self.bm!r}: 64 or 128 query rows a block (4 or 8 warps)")
         if self.bn not in (32, 64, 128):
             problems.append(f"bn={self.bn!r}: 32, 64 or 128 keys a tile")
+        if not isinstance(self.v_ldmatrix, bool):
+            problems.append(f"v_ldmatrix={self.v_ldmatrix!r}: True or False")
         if problems:
             raise ValueError(f"AttentionTile({self.describe()}): " + "; ".join(problems))
 
@@ -59,7 +64,7 @@ class AttentionTile:
         return self.bm // WARP_ROWS * 32
 
     def describe(self) -> str:
-        return f"bm={self.bm}, bn={self.bn}"
+        return f"bm={self.bm}, bn={self.bn}" + ("" if self.v_ldmatrix else ", v_ldmatrix=False")
 
     def shared_bytes(self, d: int, d_v: int) -> int:
         return 2 * (self.bm * (d + PAD) + self.bn * (d + PAD) + self.bn * (d_v + PAD))
@@ -153,18 +158,43 @@ def device_source(shape, tile: AttentionTile, name: str) -> str:
         store = "*reinterpret_cast<float2*>(dst) = make_float2(x0, x1);"
     else:
         store = f"*reinterpret_cast<{pair_type}*>(dst) = {pair}(x0, x1);"
+    if tile.v_ldmatrix:  # lanes 0-15 address V's 16 rows of keys; .trans hands each lane B's layout
+        v_fragment = (f"uint32_t b0, b1;\n"
+                      f"        asm volatile(\"ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {{%0, %1}}, [%2];\"\n"
+                      f"                     : \"=r\"(b0), \"=r\"(b1)\n"
+                      f"                     : \"r\"((uint32_t)__cvta_generic_to_shared(Vs + (kk * 16 + (lane & 15)) * LDV + dt * 8)));")
+    else:
+        v_fragment = ("const int col = dt * 8 + g;\n"
+                      "        const uint32_t b0 = (uint32_t)vbits[k0 * LDV + col] | ((uint32_t)vbits[(k0 + 1) * LDV + col] << 16);\n"
+                      "        const uint32_t b1 = (uint32_t)vbits[(k0 + 8) * LDV + col] | ((uint32_t)vbits[(k0 + 9) * LDV + col] << 16);")
+    if shape.seq_kv % 8 == 0:  # Kᵀ's rows of keys in 16-byte pieces, each written down a column of Ks
+        k_load = f"""for (int i = tid; i < D * (BN / 8); i += THREADS) {{
+      const int d = i / (BN / 8), j = i % (BN / 8) * 8;
+      uint4 x = make_uint4(0, 0, 0, 0);
+      if (j0 + j < SKV) x = *reinterpret_cast<const uint4*>(kh + (size_t)d * SKV + j0 + j);
+      const {ctype}* e = reinterpret_cast<const {ctype}*>(&x);
+#pragma unroll
+      for (int u = 0; u < 8; ++u) Ks[(j + u) * LD + d] = e[u];
+    }}"""
+    else:
+        k_load = f"""for (int i = tid; i < BN * D; i += THREADS) {{
+      const int d = i / BN, j = i % BN;
+      Ks[j * LD + d] = j0 + j < SKV ? kh[(size_t)d * SKV + j0 + j] : ({ctype})0.0f;
+    }}"""
     bias_param = "const float* __restrict__ bias, " if has_bias else ""
     round_score = f"x = float(({ctype})x);" if shape.round_scores else ""
+    if shape.scale != 1.0:  # in the inputs' dtype after the rounding (a product of two halves is exact in fp32)
+        round_score += f" x = float(({ctype})(x * {shape.scale!r}f));" if shape.round_scores else f" x *= {shape.scale!r}f;"
     add_bias = ("if (row < S && col < SKV) x += bias[b * SB_B + h * SB_H + row * SB_I + col];" if has_bias else "")
     empty_row = "0.0f" if shape.nan_to_zero else "__int_as_float(0x7fc00000)"
     # a tile whose bias masks every score of the block's rows (a causal mask's upper triangle) adds
     # exactly 0 to rows that have seen a score it leaves, so it is skipped: its K and V are not
     # loaded, nothing is multiplied. __syncthreads_and is also the barrier before the tile's loads
     skip_tile = "__syncthreads();" if not has_bias else f"""bool hidden = true;
-    for (int i = tid; i < BM * BN; i += THREADS) {{{{
+    for (int i = tid; i < BM * BN; i += THREADS) {{
       const int r = row0 + i / BN, c = j0 + i % BN;
       if (r < S && c < SKV && bias[b * SB_B + h * SB_H + r * SB_I + c] > {MASKED}f) hidden = false;
-    }}}}
+    }}
     hidden = hidden && (rows[0] >= S || m_run[0] > {SEEN}f) && (rows[1] >= S || m_run[1] > {SEEN}f);
     if (__syncthreads_and(hidden)) continue;"""
     return f"""
@@ -223,10 +253,7 @@ __device__ __forceinline__ void {name}(const {ctype}* __restrict__ q, const {cty
   const unsigned short* vbits = reinterpret_cast<const unsigned short*>(Vs);
   for (int j0 = 0; j0 < SKV; j0 += BN) {{
     {skip_tile}
-    for (int i = tid; i < BN * D; i += THREADS) {{
-      const int d = i / BN, j = i % BN;
-      Ks[j * LD + d] = j0 + j < SKV ? kh[(size_t)d * SKV + j0 + j] : ({ctype})0.0f;
-    }}
+    {k_load}
     for (int i = tid; i < BN * (DV / 8); i += THREADS) {{
       const int j = i / (DV / 8), c = i % (DV / 8) * 8;
       uint4 x = make_uint4(0, 0, 0, 0);
@@ -291,9 +318,7 @@ __device__ __forceinline__ void {name}(const {ctype}* __restrict__ q, const {cty
       const int k0 = kk * 16 + 2 * t;
 #pragma unroll
       for (int dt = 0; dt < DV / 8; ++dt) {{
-        const int col = dt * 8 + g;
-        const uint32_t b0 = (uint32_t)vbits[k0 * LDV + col] | ((uint32_t)vbits[(k0 + 1) * LDV + col] << 16);
-        const uint32_t b1 = (uint32_t)vbits[(k0 + 8) * LDV + col] | ((uint32_t)vbits[(k0 + 9) * LDV + col] << 16);
+        {v_fragment}
         {name}_mma(acc[dt], a, b0, b1);
       }}
     }}

@@ -33,19 +33,21 @@ def attention_funcs(mod) -> list:
     return [func for gv, func in mod.functions.items() if gv.name_hint.startswith("kb_attention")]
 
 
-@pytest.mark.parametrize("name,shapes,layers,bias", [
-    ("llama_tiny.onnx", SEQ, 1, (1, 1, 16, 16)),  # causal and padding mask, isnan guard
-    ("gpt2_tiny.onnx", SEQ, 1, (1, 1, 16, 16)),
-    ("vit_tiny.onnx", {"input": (1, 3, 32, 32)}, 1, None),  # no mask, 17 tokens
+@pytest.mark.parametrize("name,shapes,layers,bias,guard,scale", [
+    ("llama_tiny.onnx", SEQ, 1, (1, 1, 16, 16), True, 1.0),  # causal and padding mask, isnan guard
+    ("gpt2_tiny.onnx", SEQ, 1, (1, 1, 16, 16), True, 1.0),
+    ("vit_tiny.onnx", {"input": (1, 3, 32, 32)}, 1, None, False, 1.0),  # no mask, 17 tokens
+    ("bert_tiny.onnx", SEQ, 2, (1, 1, 1, 16), False, 0.1767578125),  # padding mask, 1/sqrt(32) in fp16
 ])
-def test_the_shipped_architectures_attention_becomes_one_task_per_layer(name, shapes, layers, bias):
+def test_the_shipped_architectures_attention_becomes_one_task_per_layer(name, shapes, layers, bias, guard, scale):
     _, mod = half_module(name, shapes)
     fused = fuse_attention(mod)
     funcs = attention_funcs(fused)
-    assert len(funcs) == layers
+    assert len(funcs) == 1 and fused["main"].script().count("R.call_tir(kb_attention,") == layers
     shape = AttentionShape.from_attrs(funcs[0].attrs["kb_attention"])
     assert shape.bias_dims == bias and shape.dtype == "float16" and shape.round_scores
-    assert shape.nan_to_zero == (bias is not None)  # the decoders' exports guard fully masked rows
+    assert shape.nan_to_zero == guard and shape.scale == scale
+    assert shape.out_dtype == "float16"  # the cast after the second matmul is the kernel's store
     ops = fused["main"].script()
     assert "R.nn.softmax" not in ops and "R.nn.softmax" in mod["main"].script()
 
@@ -63,7 +65,8 @@ def test_fp32_models_and_other_targets_keep_their_graph():
     assert not attention_funcs(relax_module(model, llvm, precision="fp16", math="exact"))
 
 
-def test_the_rewritten_model_computes_what_the_model_did(llvm_target):
+@pytest.mark.parametrize("name", ["llama_tiny.onnx", "bert_tiny.onnx"])
+def test_the_rewritten_model_computes_what_the_model_did(name, llvm_target):
     """The untuned build with the attention as one task (its TE reference, scheduled by default)
     gives the same outputs as with the attention's ops apart."""
     from kb_tvm.model_tuning import prepare
@@ -71,7 +74,7 @@ def test_the_rewritten_model_computes_what_the_model_did(llvm_target):
     from kb_tvm.model_tuning.profiling import run_outputs
     from kb_tvm.model_tuning.relax_build import build
 
-    model, mod = half_module("llama_tiny.onnx", SEQ)
+    model, mod = half_module(name, SEQ)
     inputs = [example_inputs(model), example_inputs(model, seed=1)]  # half the tokens padded, then random
     before, after = (run_outputs(build(prepare(m, llvm_target), llvm_target), llvm_target, inputs)
                      for m in (mod, fuse_attention(mod)))
@@ -80,8 +83,9 @@ def test_the_rewritten_model_computes_what_the_model_did(llvm_target):
         np.testing.assert_allclose(a[0].astype(np.float32), b[0].astype(np.float32), atol=1e-3, rtol=1e-3)
 
 
-def reference(q, k_t, v, bias, dtype="float16"):
-    s = (q.astype(np.float64) @ k_t.astype(np.float64)).astype(dtype).astype(np.float64)
+def reference(q, k_t, v, bias, dtype="float16", scale=1.0):
+    s = (q.astype(np.float64) @ k_t.astype(np.float64)).astype(dtype)
+    s = (s * np.array(scale, dtype)).astype(np.float64)
     s = s + bias if bias is not None else s
     with np.errstate(invalid="ignore"):
         e = np.exp(s - s.max(-1, keepdims=True))
@@ -96,7 +100,8 @@ def test_the_attention_reference_is_softmax_of_the_biased_scores_times_v_with_ma
     from kb_tvm.kernels.attention.rewrite import attention_te
 
     shape = AttentionShape(batch=2, heads=3, seq=20, seq_kv=24, d=16, d_v=32, dtype="float16",
-                           out_dtype="float32", bias_dims=(1, 3, 20, 24), round_scores=True, nan_to_zero=True)
+                           out_dtype="float32", bias_dims=(1, 3, 20, 24), round_scores=True, nan_to_zero=True,
+                           scale=0.125)
     rng = np.random.default_rng(0)
     q = rng.uniform(-1, 1, (2, 3, 20, 16)).astype("float16")
     k_t = rng.uniform(-1, 1, (2, 3, 16, 24)).astype("float16")
@@ -108,7 +113,7 @@ def test_the_attention_reference_is_softmax_of_the_biased_scores_times_v_with_ma
     lib = tvm.compile(tvm.IRModule({"main": func}), target=llvm_target)
     args = [tvm.runtime.tensor(a) for a in (q, k_t, v, bias)] + [tvm.runtime.empty((2, 3, 20, 32), "float32")]
     lib["main"](*args)
-    got, expected = args[-1].numpy(), reference(q, k_t, v, bias)
+    got, expected = args[-1].numpy(), reference(q, k_t, v, bias, scale=0.125)
     assert np.all(got[:, 1, 5] == 0) and np.isfinite(got).all()
     np.testing.assert_allclose(got, expected, atol=2e-3)
 
@@ -131,7 +136,8 @@ def test_the_family_reads_the_task_and_refuses_others():
     with pytest.raises(NotApplicable, match="not an attention task"):
         FAMILY.match(get_workload("gemm-4096-fp16").module(), target)
     pool = FAMILY.variants(problem, target).pool
-    assert pool[0] == AttentionTile(bm=64, bn=64) and len(pool) == len(set(pool)) == 6
+    assert pool[0] == AttentionTile(bm=64, bn=64) and len(pool) == len(set(pool)) == 8
+    assert AttentionTile(bm=64, bn=64, v_ldmatrix=False) in pool  # plain loads beside ldmatrix
     kernel = FAMILY.build(problem, pool[0], target, "kb_attention")
     # the kernel takes each head's matrices one after the other, the bias as the model broadcasts it
     assert kernel.shapes == ((64, 16), (64, 16), (64, 16), (1, 1, 16, 16), (64, 16)) and kernel.arch == "sm_90a"

@@ -6,7 +6,7 @@ softmax, ·V) that write and read a [heads, seq, seq] tensor in between.
 
 What is matched, from the second matmul back (optional steps in brackets):
 
-    s = matmul(q, kᵀ, fp32)  [astype half, astype fp32]  [+ bias]
+    s = matmul(q, kᵀ, fp32)  [astype half [* scale], astype fp32 | * scale]  [+ bias]
     p = softmax(s, last axis)  [where(isnan(p), 0, p)]
     o = matmul(astype(p, half), v, fp32)  [astype half]
 
@@ -42,12 +42,15 @@ class AttentionShape:
     bias_dims: tuple[int, int, int, int] | None
     round_scores: bool  # the scores are rounded to `dtype` before the bias (an fp16 model's cast)
     nan_to_zero: bool  # a row whose scores are all -inf gives 0 (the export's isnan guard), not NaN
+    # the scores times this before the bias (BERT's 1/sqrt(d)): in `dtype` after the rounding where
+    # round_scores, else in fp32
+    scale: float = 1.0
 
     def attrs(self) -> dict:
         return {"batch": self.batch, "heads": self.heads, "seq": self.seq, "seq_kv": self.seq_kv, "d": self.d,
                 "d_v": self.d_v, "dtype": self.dtype, "out_dtype": self.out_dtype,
                 "bias_dims": list(self.bias_dims) if self.bias_dims is not None else [],
-                "round_scores": int(self.round_scores), "nan_to_zero": int(self.nan_to_zero)}
+                "round_scores": int(self.round_scores), "nan_to_zero": int(self.nan_to_zero), "scale": self.scale}
 
     @classmethod
     def from_attrs(cls, attrs) -> "AttentionShape":
@@ -56,7 +59,7 @@ class AttentionShape:
                    seq_kv=int(attrs["seq_kv"]), d=int(attrs["d"]), d_v=int(attrs["d_v"]),
                    dtype=str(attrs["dtype"]), out_dtype=str(attrs["out_dtype"]),
                    bias_dims=tuple(bias) if bias else None, round_scores=bool(int(attrs["round_scores"])),
-                   nan_to_zero=bool(int(attrs["nan_to_zero"])))
+                   nan_to_zero=bool(int(attrs["nan_to_zero"])), scale=float(attrs["scale"]))
 
 
 def attention_te(q, k_t, v, bias, shape: AttentionShape):
@@ -71,7 +74,15 @@ def attention_te(q, k_t, v, bias, shape: AttentionShape):
                         lambda b, h, i, j: te.sum(q[b, h, i, d].astype(f32) * k_t[b, h, d, j].astype(f32), axis=d),
                         name="scores")
     if shape.round_scores:
-        scores = te.compute(scores.shape, lambda *i: scores(*i).astype(shape.dtype).astype(f32), name="rounded")
+        exact = scores
+        if shape.scale != 1.0:
+            scores = te.compute(exact.shape, lambda *i: (exact(*i).astype(shape.dtype) * tirx.const(
+                shape.scale, shape.dtype)).astype(f32), name="rounded")
+        else:
+            scores = te.compute(exact.shape, lambda *i: exact(*i).astype(shape.dtype).astype(f32), name="rounded")
+    elif shape.scale != 1.0:
+        exact = scores
+        scores = te.compute(exact.shape, lambda *i: exact(*i) * tirx.const(shape.scale, f32), name="scaled")
     if bias is not None:
         dims = shape.bias_dims
 
@@ -108,12 +119,14 @@ def fuse_attention(mod):
 
 
 def _attention_mutator():
+    import ml_dtypes  # noqa: F401 - numpy's bfloat16, for a bf16 model's scale
+    import numpy as np
     import tvm
     from tvm import relax
     from tvm.ir.expr import GenericConst
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
-    op = {name: tvm.ir.Op.get(f"relax.{name}") for name in ("matmul", "astype", "add", "where", "isnan")}
+    op = {name: tvm.ir.Op.get(f"relax.{name}") for name in ("matmul", "astype", "add", "multiply", "where", "isnan")}
     softmax = tvm.ir.Op.get("relax.nn.softmax")
 
     def call_of(expr, name_or_op):
@@ -127,14 +140,40 @@ def _attention_mutator():
         except (AttributeError, TypeError):  # a symbolic or unknown shape
             return None
 
+    def cast_to_half_once(func) -> set:
+        """The variables of `func` whose one use is a cast to a half dtype."""
+        uses, casts = {}, set()
+
+        def count(expr) -> None:
+            if isinstance(expr, relax.Var):
+                uses[expr] = uses.get(expr, 0) + 1
+
+        for block in getattr(func.body, "blocks", []):
+            for binding in block.bindings:
+                relax.analysis.post_order_visit(binding.value, count)
+                cast = call_of(binding.value, "astype")
+                if cast is not None and str(cast.ty.dtype) in HALF and isinstance(cast.args[0], relax.Var):
+                    casts.add(cast.args[0])
+        return {var for var in casts if uses.get(var) == 1}
+
     @mutator
     class FuseAttention(PyExprMutator):
         def value(self, expr):
-            """What a dataflow variable is bound to (the expression itself otherwise)."""
-            if isinstance(expr, relax.Var):
+            """What a dataflow variable is bound to, through aliases (the expression itself otherwise)."""
+            while isinstance(expr, relax.Var):
                 bound = self.lookup_binding(expr)
-                return bound if bound is not None else expr
+                if bound is None:
+                    break
+                expr = bound
             return expr
+
+        def visit_function_(self, func):
+            self.cast_later = cast_to_half_once(func)
+            return super().visit_function_(func)
+
+        def visit_var_binding_(self, binding):
+            self.bound = binding.var  # the variable visit_call_'s call is bound to
+            super().visit_var_binding_(binding)
 
         def visit_call_(self, call):
             call = super().visit_call_(call)
@@ -145,6 +184,8 @@ def _attention_mutator():
                 second = call_of(self.value(call.args[0]), "matmul")
             else:
                 second = call_of(call, "matmul")
+                if second is not None and getattr(self, "bound", None) in self.cast_later:
+                    return call  # matched at its cast, so that the kernel stores halves
             if second is None or str(second.ty.dtype) != "float32":
                 return call
             matched = self.match(second, out_dtype)
@@ -180,7 +221,7 @@ def _attention_mutator():
                     scores, bias = right, added.args[0]
                 else:
                     return None
-            first, round_scores = self.scores_matmul(scores)
+            first, round_scores, scale = self.scores_matmul(scores)
             if first is None:
                 return None
             q, k_t = first.args
@@ -204,7 +245,7 @@ def _attention_mutator():
                 bias_dims = tuple(bd)
             shape = AttentionShape(batch=batch, heads=heads, seq=seq, seq_kv=seq_kv, d=d, d_v=d_v, dtype=dtype,
                                    out_dtype=out_dtype, bias_dims=bias_dims, round_scores=round_scores,
-                                   nan_to_zero=nan_to_zero)
+                                   nan_to_zero=nan_to_zero, scale=scale)
             as4 = [self.four_d(x, batch, heads) for x in (q, k_t, v)]
             args = as4 + ([self.builder_.emit(relax.op.reshape(bias, bias_dims))] if bias is not None else [])
             func = (lambda q_, k_, v_, b_: attention_te(q_, k_, v_, b_, shape)) if bias is not None else \
@@ -215,20 +256,40 @@ def _attention_mutator():
 
         def scores_matmul(self, expr):
             """(the fp32 matmul of half inputs computing `expr`, whether it is rounded to half on
-            the way: astype(astype(mm, half), fp32)), or (None, False)."""
-            up = call_of(expr, "astype")
-            rounded = False
+            the way: astype(astype(mm, half) [* scale], fp32), and the scale: a scalar constant it
+            is multiplied by, 1.0 if none), or (None, False, 1.0)."""
+            none = None, False, 1.0
+            up, rounded, scale, half = call_of(expr, "astype"), False, 1.0, None
             if up is not None and str(up.ty.dtype) == "float32":
-                down = call_of(self.value(up.args[0]), "astype")
-                if down is None or str(down.ty.dtype) not in HALF:
-                    return None, False
-                expr, rounded = self.value(down.args[0]), True
+                inner = self.value(up.args[0])
+                scaled = call_of(inner, "multiply")
+                if scaled is not None:
+                    scale, inner = self.scalar(scaled.args[1]), self.value(scaled.args[0])
+                down = call_of(inner, "astype")
+                if scale is None or down is None or str(down.ty.dtype) not in HALF:
+                    return none
+                expr, rounded, half = self.value(down.args[0]), True, str(down.ty.dtype)
+            elif (scaled := call_of(expr, "multiply")) is not None:
+                scale, expr = self.scalar(scaled.args[1]), self.value(scaled.args[0])
+                if scale is None:
+                    return none
             mm = call_of(expr, "matmul")
             if mm is None or str(mm.ty.dtype) != "float32" or str(mm.args[0].ty.dtype) not in HALF:
-                return None, False
-            if rounded and str(down.ty.dtype) != str(mm.args[0].ty.dtype):
-                return None, False
-            return mm, rounded
+                return none
+            if rounded and half != str(mm.args[0].ty.dtype):
+                return none
+            return mm, rounded, scale
+
+        def scalar(self, expr) -> float | None:
+            """The value of a one-element constant (through variables and casts, rounded as they
+            round), or None."""
+            expr = self.value(expr)
+            if isinstance(expr, GenericConst):
+                value = expr.value.numpy()
+                return float(value.reshape(())) if value.size == 1 else None
+            cast = call_of(expr, "astype")
+            inner = self.scalar(cast.args[0]) if cast is not None else None
+            return None if inner is None else float(np.array(inner, dtype=str(cast.ty.dtype)).astype(np.float64))
 
         def four_d(self, x, batch, heads):
             shape = [int(s) for s in x.ty.shape.values]
