@@ -43,21 +43,18 @@ def main(model, precision, input_shapes, exact_math, target, logs, families_budg
     from ..kernels.extern import constant_inputs
     from . import (
         TOLERANCES,
-        apply_math,
         better_than_default,
         build,
         example_inputs,
         load_onnx,
-        lower_precision,
         math_for,
         onnxruntime_outputs,
         parse_input_shape,
-        prepare,
         profile_kernels,
         run_and_time,
-        to_relax,
     )
     from .precision import compare_sets, model_space
+    from .relax_build import relax_module
     from .replay import records_from_candidates
 
     tvm_target = make_target(target)
@@ -68,7 +65,7 @@ def main(model, precision, input_shapes, exact_math, target, logs, families_budg
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     onnx_model = load_onnx(model, dict(parse_input_shape(text) for text in input_shapes))
     math = math_for(tvm_target, exact=exact_math)
-    mod = prepare(apply_math(lower_precision(to_relax(onnx_model), precision), math), tvm_target)
+    mod = relax_module(onnx_model, tvm_target, precision=precision, math=math)  # as the tune made its tasks
     tasks = ms.relax_integration.extract_tasks(mod, tvm_target)
     input_sets = [example_inputs(onnx_model), example_inputs(onnx_model, seed=1)]
     references = [onnxruntime_outputs(onnx_model, inputs)[0] for inputs in input_sets]
