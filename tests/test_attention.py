@@ -189,3 +189,25 @@ def test_metaschedule_does_not_search_a_task_the_attention_family_took():
     # MetaSchedule may still beat a GEMM family's kernel, not the fused attention
     assert [str(t.task_name) for t in left_to_search(tasks, found)] == ["matmul", "softmax"]
     assert left_to_search(tasks, {}) == tasks
+
+
+def attention_graph(d: int):
+    """softmax(q kᵀ) v over fp16 heads of size d, as an fp16 export imports it."""
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    q = relax.Var("q", relax.TensorType((1, 2, 8, d), "float16"))
+    k_t = relax.Var("k_t", relax.TensorType((1, 2, d, 8), "float16"))
+    v = relax.Var("v", relax.TensorType((1, 2, 8, d), "float16"))
+    with bb.function("main", [q, k_t, v]):
+        with bb.dataflow():
+            s = bb.emit(relax.op.matmul(q, k_t, out_dtype="float32"))
+            p = bb.emit(relax.op.astype(relax.op.nn.softmax(s, axis=-1), "float16"))
+            out = bb.emit_output(relax.op.astype(relax.op.matmul(p, v, out_dtype="float32"), "float16"))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_heads_no_tile_takes_keep_their_graph():
+    assert len(attention_funcs(fuse_attention(attention_graph(32)))) == 1
+    assert not attention_funcs(fuse_attention(attention_graph(24)))  # d=24: no multiple of 16
