@@ -137,7 +137,8 @@ def test_the_family_reads_the_task_and_refuses_others():
         FAMILY.match(get_workload("gemm-4096-fp16").module(), target)
     pool = FAMILY.variants(problem, target).pool
     assert pool[0] == AttentionTile(bm=64, bn=64) and len(pool) == len(set(pool)) == 8
-    assert AttentionTile(bm=64, bn=64, v_ldmatrix=False) in pool  # plain loads beside ldmatrix
+    assert AttentionTile(bm=64, bn=64, v_ldmatrix=False, k_vectors=False) in pool  # plain reads beside vector ones
+    assert not any(tile.skip_masked for tile in pool)  # not searched until it has run on a GPU
     kernel = FAMILY.build(problem, pool[0], target, "kb_attention")
     # the kernel takes each head's matrices one after the other, the bias as the model broadcasts it
     assert kernel.shapes == ((64, 16), (64, 16), (64, 16), (1, 1, 16, 16), (64, 16)) and kernel.arch == "sm_90a"
@@ -149,6 +150,8 @@ def test_tiles_name_what_they_break():
         AttentionTile(bm=96)
     with pytest.raises(ValueError, match=r"bn=48: 32, 64 or 128"):
         AttentionTile(bn=48)
+    with pytest.raises(ValueError, match=r"skip_masked=1: True or False"):
+        AttentionTile(skip_masked=1)
     assert AttentionTile().fits(64, 64) == []
     assert "d=72: a multiple of 16" in AttentionTile().fits(72, 72)[0]
     assert "registers" in AttentionTile(bm=128, bn=128).fits(256, 256)[0]
@@ -165,7 +168,7 @@ def test_ptxas_assembles_every_tile_without_spills(bias, dtype, out_dtype, d, tm
     target = tvm.target.Target(HOPPER)
     problem = AttentionShape(batch=1, heads=12, seq=197, seq_kv=197, d=d, d_v=d, dtype=dtype, out_dtype=out_dtype,
                              bias_dims=bias, round_scores=True, nan_to_zero=True)
-    for tile in FAMILY.variants(problem, target).pool:
+    for tile in [*FAMILY.variants(problem, target).pool, AttentionTile(bm=128, bn=64, skip_masked=True)]:
         source = tmp_path / "k.cu"
         source.write_text(compile_kernels([FAMILY.build(problem, tile, target, "t")], target).imports[0]
                           .inspect_source("cuda"))

@@ -8,10 +8,11 @@ from ..family import KernelFamily, NotApplicable, PatientSearch
 from ..hopper_gemm.family import ARCH, PRECISIONS, on_hopper
 from .rewrite import ATTR, AttentionShape
 
-# (bm, bn, v_ldmatrix) in the order to measure: 64-key tiles first (on the H200 the fastest for
-# the decoder's and ViT's attention, then 4 or 8 warps by the sequence), each also with V read by
-# plain loads in case its ldmatrix variant computes wrong on a GPU, then the rest
-TILE_ORDER = ((64, 64, True), (64, 64, False), (128, 64, True), (128, 64, False), (64, 32, True),
+# (bm, bn, vector reads) in the order to measure: 64-key tiles first (on the H200 the fastest for
+# the decoder's and ViT's attention, with 4 or 8 warps by the sequence), each also with K and V
+# read plainly, as every tile computed right on the H200 (the vector and ldmatrix reads have not
+# run on a GPU yet: where they compute wrong the check refuses them), then the rest
+TILE_ORDER = ((64, 64, True), (128, 64, True), (64, 64, False), (128, 64, False), (64, 32, True),
               (64, 128, True), (128, 32, True), (128, 128, True))
 
 
@@ -47,7 +48,8 @@ class FlashAttention(KernelFamily):
 
         if problem.dtype not in DTYPES:
             raise NotApplicable(f"dtype {problem.dtype}: the kernel takes {', '.join(DTYPES)}")
-        pool = [tile for tile in (AttentionTile(bm=bm, bn=bn, v_ldmatrix=ld) for bm, bn, ld in TILE_ORDER)
+        pool = [tile for tile in (AttentionTile(bm=bm, bn=bn, v_ldmatrix=fast, k_vectors=fast)
+                                  for bm, bn, fast in TILE_ORDER)
                 if not tile.fits(problem.d, problem.d_v)]
         if not pool:
             raise NotApplicable(f"no tile takes heads of d={problem.d}, d_v={problem.d_v}")
@@ -71,7 +73,8 @@ class FlashAttention(KernelFamily):
         return params.describe()
 
     def record(self, params) -> dict:
-        return {"tile": {"bm": params.bm, "bn": params.bn, "v_ldmatrix": params.v_ldmatrix}}
+        return {"tile": {"bm": params.bm, "bn": params.bn, "v_ldmatrix": params.v_ldmatrix,
+                         "k_vectors": params.k_vectors, "skip_masked": params.skip_masked}}
 
     def from_record(self, row: dict):
         from ...schedules.flash_attention import AttentionTile
