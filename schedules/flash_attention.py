@@ -93,7 +93,7 @@ class AttentionTile:
 
 def attention(shape, tile: AttentionTile, symbol: str):
     """The TIRx PrimFunc `symbol`(q, kᵀ, v[, bias], o) for one variant of one attention
-    (`shape`: kb_tvm/kernels/hopper_attention/rewrite.py's AttentionShape): q [heads * seq, d],
+    (`shape`: kb_tvm/kernels/attention/rewrite.py's AttentionShape): q [heads * seq, d],
     kᵀ [heads * d, seq_kv], v [heads * seq_kv, d_v], bias 4-D as the model broadcasts it,
     o [heads * seq, d_v] (`heads`: batch x heads)."""
     from tvm.script import tirx as T
@@ -115,6 +115,7 @@ def attention(shape, tile: AttentionTile, symbol: str):
     q_shape, k_shape = (heads * shape.seq, shape.d), (heads * shape.d, shape.seq_kv)
     v_shape, o_shape = (heads * shape.seq_kv, shape.d_v), (heads * shape.seq, shape.d_v)
 
+    # TVMScript fixes a PrimFunc's parameters in its signature: one shell with a bias, one without
     if shape.bias_dims is not None:
         bias_shape = tuple(shape.bias_dims)
 

@@ -227,11 +227,13 @@ def _attention_mutator():
             if first is None:
                 return None
             q, k_t = first.args
-            qd, kd, vd, sd = dims(q), dims(k_t), dims(v), dims(scores)
-            if None in (qd, kd, vd, sd) or not (len(qd) == len(kd) == len(vd) >= 2):
+            qd, kd, vd = dims(q), dims(k_t), dims(v)
+            if None in (qd, kd, vd) or not (len(qd) == len(kd) == len(vd) >= 2):
                 return None
             lead, (seq, d), (d_k, seq_kv), (seq_v, d_v) = qd[:-2], qd[-2:], kd[-2:], vd[-2:]
             if kd[:-2] != lead or vd[:-2] != lead or d_k != d or seq_v != seq_kv or len(lead) > 2:
+                return None
+            if dims(sm) != [*lead, seq, seq_kv]:  # a bias that broadcasts the scores to more heads
                 return None
             if str(q.ty.dtype) != dtype or str(k_t.ty.dtype) != dtype:
                 return None
