@@ -20,6 +20,15 @@ def over_relax_functions(mutator_class, name: str):
     return rewrite_functions
 
 
+def scalar_constant(expr) -> float | None:
+    """The value of a one-element Relax constant, or None for anything else."""
+    from tvm.ir.expr import GenericConst
+
+    if not isinstance(expr, GenericConst) or expr.value.numpy().size != 1:
+        return None
+    return float(expr.value.numpy().reshape(()))
+
+
 # exponents `integer_powers_as_products` writes out: a square, a cube (GELU's tanh form), a fourth
 SMALL_POWERS = (1, 2, 3, 4)
 
@@ -37,10 +46,8 @@ def integer_powers_as_products():
     power = tvm.ir.Op.get("relax.power")
 
     def exponent(expr) -> int | None:
-        if not isinstance(expr, tvm.ir.expr.GenericConst) or expr.value.numpy().size != 1:
-            return None
-        value = float(expr.value.numpy().reshape(()))
-        return int(value) if value.is_integer() and abs(int(value)) in SMALL_POWERS else None
+        value = scalar_constant(expr)
+        return int(value) if value is not None and value.is_integer() and abs(int(value)) in SMALL_POWERS else None
 
     @mutator
     class Products(PyExprMutator):

@@ -5,7 +5,7 @@ fp16 or bf16, and searches its tiles in the order below."""
 from __future__ import annotations
 
 from ..family import KernelFamily, NotApplicable, PatientSearch
-from ..hopper_gemm.family import ARCH, PRECISIONS, on_hopper
+from ..hopper_gemm.family import ARCH, on_hopper_in
 from .rewrite import ATTR, AttentionShape
 
 # (bm, bn, vector reads) in the order to measure: 64-key tiles first (on the H200 the fastest for
@@ -31,11 +31,7 @@ class FlashAttention(KernelFamily):
     metaschedule_competes = False
 
     def applies(self, target, precision: str | None = None) -> str | None:
-        if precision is not None and precision not in PRECISIONS:
-            return f"precision {precision}: the kernel takes {' or '.join(PRECISIONS)} inputs"
-        if not on_hopper(target):
-            return "needs an sm_90 CUDA target"
-        return None
+        return on_hopper_in(target, precision)
 
     def match(self, mod, target) -> AttentionShape:
         func = mod["main"]

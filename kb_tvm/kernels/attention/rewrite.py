@@ -125,8 +125,9 @@ def _attention_mutator():
     import numpy as np
     import tvm
     from tvm import relax
-    from tvm.ir.expr import GenericConst
     from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    from ...model_tuning.rewrites import scalar_constant
 
     op = {name: tvm.ir.Op.get(f"relax.{name}") for name in ("matmul", "astype", "add", "multiply", "where", "isnan")}
     softmax = tvm.ir.Op.get("relax.nn.softmax")
@@ -204,9 +205,8 @@ def _attention_mutator():
             guarded = call_of(probs, "where")
             if guarded is not None:  # where(isnan(p), 0, p)
                 test = call_of(self.value(guarded.args[0]), "isnan")
-                zero = guarded.args[1]
-                if (test is None or not test.args[0].same_as(guarded.args[2]) or not isinstance(zero, GenericConst)
-                        or zero.value.numpy().size != 1 or float(zero.value.numpy().reshape(())) != 0.0):
+                if (test is None or not test.args[0].same_as(guarded.args[2])
+                        or scalar_constant(guarded.args[1]) != 0.0):
                     return None
                 probs, nan_to_zero = self.value(guarded.args[2]), True
             sm = call_of(probs, softmax)
@@ -290,9 +290,8 @@ def _attention_mutator():
             """The value of a one-element constant (through variables and casts, rounded as they
             round), or None."""
             expr = self.value(expr)
-            if isinstance(expr, GenericConst):
-                value = expr.value.numpy()
-                return float(value.reshape(())) if value.size == 1 else None
+            if (value := scalar_constant(expr)) is not None:
+                return value
             cast = call_of(expr, "astype")
             inner = self.scalar(cast.args[0]) if cast is not None else None
             return None if inner is None else float(np.array(inner, dtype=str(cast.ty.dtype)).astype(np.float64))

@@ -18,6 +18,16 @@ def on_hopper(target) -> bool:
     return arch.startswith("sm_9")
 
 
+def on_hopper_in(target, precision: str | None) -> str | None:
+    """Why a Hopper family's kernels cannot serve this target and precision, or None: both the
+    GEMM template and the attention kernel take fp16 or bf16 on sm_90."""
+    if precision is not None and precision not in PRECISIONS:
+        return f"precision {precision}: the template computes {' or '.join(PRECISIONS)}"
+    if not on_hopper(target):
+        return "needs an sm_90 CUDA target"
+    return None
+
+
 def match_hopper_gemm(mod) -> FusedGemm:
     """The fused GEMM `mod`'s "main" computes, if the template takes its dtypes, or NotAGemm."""
     return match_fused_gemm(mod, input_dtypes=INPUT_DTYPES, output_dtypes=OUTPUT_DTYPES)
@@ -29,11 +39,7 @@ class HopperGemm(KernelFamily):
     shows_refusals_of = "matmul"
 
     def applies(self, target, precision: str | None = None) -> str | None:
-        if precision is not None and precision not in PRECISIONS:
-            return f"precision {precision}: the template computes {' or '.join(PRECISIONS)}"
-        if not on_hopper(target):
-            return "needs an sm_90 CUDA target"
-        return None
+        return on_hopper_in(target, precision)
 
     def match(self, mod, target) -> FusedGemm:
         return match_hopper_gemm(mod)
