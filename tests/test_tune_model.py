@@ -152,7 +152,8 @@ def test_tune_the_shipped_model_end_to_end(tmp_path):
     assert trivial and all(t["share_of_model_time"] < 0.02 for t in trivial)
     assert all(t["trials"] == 0 for t in trivial if not t["revived"])
     assert all(t["share_of_model_time"] < 0.02 for t in tasks if t["revived"])
-    assert report["family_kernels"] and all(k["family"] == "cpu_gemm" for k in report["family_kernels"])
+    assert report["family_kernels"] and all(k["family"] == "cpu_gemm" for k in report["family_kernels"]), \
+        run.stdout[:3000]
     hottest = hottest_at_search_start(report, work_dir, tasks)
     first_batches = [line for line in run.stdout.splitlines() if "first batch" in line]
     assert f"] {hottest['task']}: first batch" in first_batches[0] and hottest["trials"] > 0

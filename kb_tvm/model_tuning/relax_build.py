@@ -57,10 +57,11 @@ def prepare(mod, target):
 
 def build(mod, target, database=None, *, cuda_graph: bool = True, kernels=()):
     """A VM executable of a `prepare`d module: the database's records applied (MetaSchedule's
-    MetaScheduleApplyDatabase), TVM's default schedules for the rest (dlight on GPUs), then
-    Relax's lowering for the target. cuda_graph (CUDA targets only): launch the runs of kernels
-    that touch no model input or output as one CUDA graph each, captured on the first call
-    (Relax's RewriteCUDAGraph): a BERT forward is 233 launches of ~5 us through the VM. Inputs
+    MetaScheduleApplyDatabase), default schedules for the rest (dlight's on GPUs; on CPUs
+    schedules/cpu_default.py's threads and vectors), then Relax's lowering for the target.
+    cuda_graph (CUDA targets only): launch the runs of kernels that touch no model input or
+    output as one CUDA graph each, captured on the first call (Relax's RewriteCUDAGraph): a
+    BERT forward is 233 launches of ~5 us through the VM. Inputs
     and outputs stay outside the graphs, so a second call with other tensors is still right.
     TIR lowers with `build_config` per function, as each kernel was built when it was tuned: on CUDA a tensor-core record needs merged shared memory
     to lower, and dlight's reductions fail under it. Not `compile_relax`, which
@@ -75,6 +76,7 @@ def build(mod, target, database=None, *, cuda_graph: bool = True, kernels=()):
 
     from ..kernels.extern import compile_kernels, use_kernels
     from ..measure.targets import register_tir_pipeline
+    from ..schedules.cpu_default import CpuFallback, CpuReduction, Refusable
 
     database = database if database is not None else ms.database.MemoryDatabase()
     if target.kind.name == "cuda":  # TVM 0.27's backend.cuda does not export its dataflow_lower_passes
@@ -103,6 +105,8 @@ def build(mod, target, database=None, *, cuda_graph: bool = True, kernels=()):
         if gpu:
             mod = dl.ApplyDefaultSchedule(dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
                                           dl.gpu.GeneralReduction(), dl.gpu.Fallback())(mod)
+        elif target.kind.name == "llvm":
+            mod = dl.ApplyDefaultSchedule(CpuReduction(), Refusable(CpuFallback()))(mod)
         return tvm.transform.Sequential(lower)(mod)
 
     config = {"relax.backend.use_cuda_graph": cuda_graph and target.kind.name == "cuda"}
