@@ -264,8 +264,8 @@ def _writable_dir(work_dir: Path) -> None:
 @click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), default="fp32", show_default=True,
               help="Matmuls and convolutions in fp16 or bf16 with fp32 accumulation (tensor cores on CUDA); "
               "numerics checked against onnxruntime fp32 within a tolerance per precision.")
-@click.option("--exact-math", is_flag=True, help="Keep libm's erf, exp, tanh and softmax. By default, on CPUs "
-              "they are TVM's fast approximations (they vectorize; checked against onnxruntime like the rest).")
+@click.option("--exact-math", is_flag=True, help="Keep libm's erf, exp, tanh, sigmoid and softmax. By default, "
+              "on CPUs they are TVM's fast approximations (they vectorize; checked against onnxruntime like the rest).")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=DIMS",
               help="Pin an input's dynamic axes, e.g. input_ids=1x128 (repeat for each input).")
 @click.option("--cuda-graph/--no-cuda-graph", default=True, show_default=True,

@@ -29,7 +29,8 @@ def scheduled(func):
 def loop_kinds(func) -> list[str]:
     """The kinds of its loops, outermost first: SERIAL, PARALLEL, VECTORIZED, UNROLLED."""
     kinds = []
-    tvm_ffi.structural_walk(func.body, [(tirx.For, lambda loop: kinds.append(tirx.ForKind(int(loop.kind)).name))], order="pre")
+    tvm_ffi.structural_walk(func.body, [(tirx.For, lambda loop: kinds.append(tirx.ForKind(int(loop.kind)).name))],
+                            order="pre")
     return kinds
 
 

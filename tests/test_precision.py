@@ -105,6 +105,33 @@ def test_fast_math_replaces_libm_erf_and_exp_on_cpus_and_stays_within_fp32_toler
         assert mismatch(onnxruntime_outputs(model, inputs)[0], got, TOLERANCES["fp32"]) is None
 
 
+def test_fast_math_computes_a_decoders_silu_through_fast_exp_which_the_cpu_gemm_family_still_fuses():
+    """A SwiGLU's sigmoid lowered to a scalar libm exp per element on llvm; under fast math it is
+    1 / (1 + fast_exp(-x)), and the gate projection with it stays one CPU GEMM kernel."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from kb_tvm.kernels.cpu_gemm.family import CpuGemm, match_cpu_gemm
+    from kb_tvm.schedules.cpu_gemm import CpuGemmTile
+    from kb_tvm.measure.targets import make_target
+    from kb_tvm.model_tuning import TOLERANCES, build, example_inputs, load_onnx, onnxruntime_outputs, run_and_time
+    from kb_tvm.model_tuning.precision import mismatch
+    from kb_tvm.model_tuning.relax_build import relax_module
+
+    target = make_target("llvm")
+    model = load_onnx(SHIPPED.parent / "llama_tiny.onnx", {"input_ids": (1, 16), "attention_mask": (1, 16)})
+    exact, fast = (relax_module(model, target, precision="fp32", math=math) for math in ("exact", "fast"))
+    assert "T.sigmoid(" in exact.script() and "T.sigmoid(" not in fast.script()
+    gate = [t for t in ms.relax_integration.extract_tasks(fast, target) if "fast_exp" in str(t.task_name)]
+    assert len(gate) == 1 and "matmul" in str(gate[0].task_name)
+    problem = match_cpu_gemm(gate[0].dispatched[0])
+    assert problem.epilogue and CpuGemm().build(problem, CpuGemmTile(rows=4, cols=16), target, "gate")  # fast_exp's
+    # bit operations fuse into the kernel's epilogue (they raised NotAGemm)
+    inputs = [example_inputs(model), example_inputs(model, seed=1)]
+    outputs, _ = run_and_time(build(fast, target), target, inputs, repeat=1)
+    for one, got in zip(inputs, outputs):
+        assert mismatch(onnxruntime_outputs(model, one)[0], got, TOLERANCES["fp32"]) is None
+
+
 def test_tolerances_scale_with_the_outputs_and_loosen_with_fewer_bits():
     from kb_tvm.model_tuning.precision import TOLERANCES, mismatch
 

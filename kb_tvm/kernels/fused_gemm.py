@@ -281,8 +281,10 @@ def _coords(iter_vars, row, col, m: int) -> dict:
     return out
 
 
+# the bit operations are fast_exp's (it builds 2^n in a float's exponent bits): a SiLU's under fast math
 _BINARY = ("Add", "Sub", "Mul", "Div", "Mod", "FloorDiv", "FloorMod", "Min", "Max",
-           "EQ", "NE", "LT", "LE", "GT", "GE", "And", "Or")
+           "EQ", "NE", "LT", "LE", "GT", "GE", "And", "Or", "LShift", "RShift", "BitwiseAnd", "BitwiseOr",
+           "BitwiseXor")
 
 
 def rebuild_at(expr, coords: dict, computed: list, inputs: list, axes: list):

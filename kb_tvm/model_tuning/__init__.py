@@ -10,7 +10,7 @@ One module per step of a job:
 - `numerics`: the untuned build checked against onnxruntime before the budget starts; on a
   mismatch, the first operator whose output diverges
 - `precision`: fp16/bf16 matmuls and convolutions (fp32 accumulation), their design space on
-  CUDA, the numerics tolerance per precision, and fast or exact math for erf, exp, tanh, softmax
+  CUDA, the numerics tolerance per precision, and fast or exact math for erf, exp, tanh, sigmoid, softmax
 - `profiling`: the model's latency and each task's kernel timed alone
 - `record_choice`: per task, a tuned record only where it beats the default schedule
 - the kernel families' stage (kb_tvm/kernels/model_stage.py): kernels written outside

@@ -67,7 +67,7 @@ def tune_model(
     experience: a kb_tvm.Experience to warm-start the tasks from and add their outcomes to (kb
     and agent only); None: cold. precision: "fp32", or "fp16"/"bf16" matmuls and convolutions with fp32
     accumulation (`precision.py`), checked against onnxruntime within that precision's tolerance,
-    on two different sets of inputs. exact_math: keep libm's erf, exp, tanh and softmax on CPUs,
+    on two different sets of inputs. exact_math: keep libm's erf, exp, tanh, sigmoid and softmax on CPUs,
     where they are otherwise TVM's fast approximations (`precision.math_for`). cuda_graph: on CUDA, the builds launch their kernels as CUDA
     graphs (`relax_build.build`); the report also gives the tuned latency without them.
     Before the budget starts, the untuned build is checked against onnxruntime (`numerics`): on a

@@ -4,9 +4,9 @@ ToMixedPrecision; bf16 rewrites its fp16 casts, as Relax has no bf16 variant); w
 once, at build time. On CUDA those tasks tune in kb's tensor-core space. The numerics check
 against onnxruntime's fp32 outputs uses a tolerance per precision, stated in the report.
 
-The math a model's nonlinear functions use is chosen here too: on CPUs erf, exp, tanh and
-softmax become TVM's fast approximations (topi.fast_*), which vectorize, where libm's erf and exp
-are scalar calls: the GELU of the shipped transformer block took 55 of its 100 us of kernel time
+The math a model's nonlinear functions use is chosen here too: on CPUs erf, exp, tanh, sigmoid
+and softmax become TVM's fast approximations (topi.fast_*), which vectorize, where libm's erf and
+exp are scalar calls: the GELU of the shipped transformer block took 55 of its 100 us of kernel time
 with libm's erf. onnxruntime approximates them too; the numerics check still applies.
 `--exact-math` keeps libm's. On CUDA the math stays exact: the approximations are not
 measured there (CUDA's own exp is already fast)."""
@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .rewrites import fp16_casts_to_bf16, outline_scalar_argument_calls
+from .rewrites import fp16_casts_to_bf16, outline_scalar_argument_calls, over_relax_functions
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 MATH = ("fast", "exact")
@@ -77,19 +77,43 @@ def lower_precision(mod, precision: str):
 
 
 def math_for(target, *, exact: bool) -> str:
-    """"fast" (TVM's approximations of erf, exp, tanh and softmax) or "exact" (libm's): fast on
+    """"fast" (TVM's approximations of erf, exp, tanh, sigmoid and softmax) or "exact" (libm's): fast on
     CPUs unless `exact`; exact on CUDA."""
     return "exact" if exact or target.kind.name == "cuda" else "fast"
 
 
 def apply_math(mod, math: str):
-    """The Relax module with its erf, exp, tanh and softmax as TVM's fast approximations when
-    `math` is "fast" (Relax's FastMathTransform, before legalization: it rewrites Relax ops)."""
+    """The Relax module with its erf, exp, tanh, sigmoid and softmax as TVM's fast approximations
+    when `math` is "fast" (Relax's FastMathTransform, before legalization: it rewrites Relax ops)."""
     from tvm import relax
 
     if math not in MATH:
         raise ValueError(f"math={math!r}: use one of {', '.join(MATH)}")
-    return relax.transform.FastMathTransform()(mod) if math == "fast" else mod
+    return relax.transform.FastMathTransform()(sigmoid_as_exp()(mod)) if math == "fast" else mod
+
+
+def sigmoid_as_exp():
+    """sigmoid(x) as 1 / (1 + exp(-x)), whose exp FastMathTransform then makes TVM's fast_exp:
+    LLVM lowers a sigmoid's exp to a scalar libm call per element, and the SiLU in the epilogue
+    of a decoder's gate projection (SwiGLU) took a third of that GEMM kernel's time on a Zen 4."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    sigmoid = tvm.ir.Op.get("relax.sigmoid")
+
+    @mutator
+    class ThroughExp(PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if not call.op.same_as(sigmoid):
+                return call
+            one = relax.const(np.ones((), str(call.ty.dtype)))
+            exp = self.builder_.emit(relax.op.exp(self.builder_.emit(relax.op.negative(call.args[0]))))
+            return relax.op.divide(one, self.builder_.emit(relax.op.add(one, exp)))
+
+    return over_relax_functions(ThroughExp, "SigmoidAsExp")
 
 
 def model_space(target, precision: str):

@@ -135,8 +135,8 @@ def report_markdown(report: dict) -> str:
         f"({report['strategy']})",
         f"- precision: {report.get('precision', 'fp32')} (matmuls and convolutions; fp32 accumulation)",
         f"- math: {report.get('math', 'exact')} ("
-        + ("TVM's fast approximations of erf, exp, tanh and softmax; --exact-math keeps libm's)"
-           if report.get("math") == "fast" else "libm's erf, exp, tanh and softmax)"),
+        + ("TVM's fast approximations of erf, exp, tanh, sigmoid and softmax; --exact-math keeps libm's)"
+           if report.get("math") == "fast" else "libm's erf, exp, tanh, sigmoid and softmax)"),
         f"- numerics vs {report['numerics']['checked_against']}, "
         f"{report['numerics'].get('input_sets', 1)} sets of inputs: "
         + _numerics_verdict(report["numerics"])

@@ -57,7 +57,8 @@ def search_batches(dataset: Dataset, *, budget_s: float, seed: int, policy=None)
     batches, seconds, trials = [], 0.0, 0
     for point in env.curve:
         best = point["best_ms"]
-        batches.append(Batch(point["seconds"] - seconds, point["trials"] - trials, None if best is None else best / 1e3))
+        batches.append(Batch(point["seconds"] - seconds, point["trials"] - trials,
+                             None if best is None else best / 1e3))
         seconds, trials = point["seconds"], point["trials"]
     return tuple(batches)
 
