@@ -3,7 +3,8 @@ each answered from its dataset, on one clock; each allocator deals out the same 
 
     python benchmarks/replay_models.py --datasets datasets --budget 240s --seeds 10 --out models.json
 
-Per model and seed every allocator replays the same task searches (kb's rules at that seed).
+Per model and seed every allocator runs the same task searches (kb's rules at that seed), each
+task's search batch by batch as the allocator gives it seconds.
 Reported: the model's latency at 10/25/50/100% of the budget and its mean over the budget, each
 allocator against KBTaskScheduler's rule ("rule"), paired over seeds (one-sided Wilcoxon where
 scipy is installed, else the count of seeds where it is lower).
@@ -22,13 +23,15 @@ from kb_tvm import parse_budget
 
 
 def _one(job: tuple) -> list[dict]:
-    from kb_tvm.replay.model import ALLOCATORS, model_tasks, replay_model
+    from kb_tvm.replay.model import ALLOCATORS, load_model, model_tasks, replay_model
 
     name, spec, seed, budget_s, folders = job
-    tasks = model_tasks(spec, budget_s=budget_s, seed=seed, folders=folders)
-    return [{"model": name, "seed": seed, "allocator": label,
-             **replay_model(tasks, allocator, budget_s=budget_s).summary()}
-            for label, allocator in ALLOCATORS.items()]
+    model, rows = load_model(spec, folders), []
+    for label, allocator in ALLOCATORS.items():
+        tasks, clock = model_tasks(model, budget_s=budget_s, seed=seed)
+        rows.append({"model": name, "seed": seed, "allocator": label,
+                     **replay_model(tasks, allocator, budget_s=budget_s, clock=clock).summary()})
+    return rows
 
 
 def paired(rows: list[dict], metric) -> dict:

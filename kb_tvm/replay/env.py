@@ -31,6 +31,14 @@ class Query:
     features: np.ndarray | None  # the point's, or its nearest neighbour's where it has none
 
 
+@dataclass
+class Clock:
+    """The simulated seconds a replay has spent: one env's own, or shared by the tasks of a model
+    (model.py), whose batches then take turns on it."""
+
+    seconds: float = 0.0
+
+
 @dataclass(frozen=True)
 class Outcome:
     latency_s: float | None
@@ -40,14 +48,14 @@ class Outcome:
 
 class ReplayEnv:
     def __init__(self, dataset: Dataset, *, budget: str | float, snap: bool = True,
-                 surrogate: NeighbourSurrogate | None = None) -> None:
+                 surrogate: NeighbourSurrogate | None = None, clock: Clock | None = None) -> None:
         self.dataset = dataset
         self.snap = snap
         self.per_batch_s = dataset.per_batch_s
         self.measured_keys: set[tuple] = set()  # (sketch, decisions) of every schedule measured
         self.surrogate = surrogate or NeighbourSurrogate(dataset)
-        self.seconds = 0.0
-        self.budget = TuningBudget(budget, clock=lambda: self.seconds).start()
+        self.clock = clock or Clock()
+        self.budget = TuningBudget(budget, clock=lambda: self.clock.seconds).start()
         self.best_s = math.inf
         self.best_from_surrogate = False
         self.trials = 0
@@ -98,7 +106,7 @@ class ReplayEnv:
             outcomes.append(Outcome(latency, None if latency is not None else "surrogate: its neighbours failed",
                                     True))
             costs.append(_typical(self.dataset, near))
-        self.seconds += self.dataset.batch_seconds(costs, self.per_batch_s)
+        self.clock.seconds += self.dataset.batch_seconds(costs, self.per_batch_s)
         for o in outcomes:
             self.trials += 1
             self.failed += o.latency_s is None
@@ -108,6 +116,10 @@ class ReplayEnv:
         self.curve.append({"seconds": round(self.seconds, 3), "trials": self.trials,
                            "best_ms": None if math.isinf(self.best_s) else self.best_s * 1e3})
         return outcomes
+
+    @property
+    def seconds(self) -> float:
+        return self.clock.seconds
 
     # ------------------------------------------------------------ how the run went
     def best_at(self, seconds: float) -> float | None:

@@ -3,64 +3,90 @@ allocation policy that decides which task gets the next batch. A policy is judge
 latency over time: the sum over tasks of weight x the best latency the task has so far (its
 default schedule's until tuning beats it).
 
-Each task's search is replayed once per seed on its dataset with the whole model budget (kb's
-rules, as KBTaskScheduler runs it: the search sees the job's budget), giving its batches in
-order: what each cost and the best after it. An allocation then deals those batches out: giving
-a task its next batch moves the clock by that batch's recorded cost. A task whose batches are
-all dealt (its dataset spent, or its search stopped itself) gets no more. Known bias: a task's
-search runs as if it had every batch from the start, so its exploration schedule does not see
-the seconds other tasks took.
+Each task runs kb's search (the rules, as KBTaskScheduler runs it) on its dataset, one batch
+each time the allocation gives it one, on the model's clock: its budget is the job's, so that
+its exploration follows the seconds the whole job has left, as in a real run. A task whose
+search stops (its dataset spent, or its own stop rule) gets no more.
 
 Plain Python: `allocation.choose_next` (KBTaskScheduler's rule) is the baseline.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..allocation import TaskStats, apply_choice, choose_next
 from .dataset import Dataset
-from .env import ReplayEnv
+from .env import Clock, ReplayEnv
 
 
 @dataclass(frozen=True)
 class Batch:
-    seconds: float  # what it cost on the replay's clock
+    seconds: float  # what it cost on the model's clock
     trials: int
     best_s: float | None  # the task's best after it (None: nothing valid yet)
+
+
+class Scripted:
+    """A task whose batches are given (tests, what-ifs): each moves the clock by its seconds."""
+
+    def __init__(self, batches: list[Batch], clock: Clock) -> None:
+        self.batches, self.clock = list(batches), clock
+
+    @property
+    def best_s(self) -> float | None:
+        bests = [b.best_s for b in self.batches if b.best_s is not None]
+        return min(bests) if bests else None
+
+    def step(self) -> Batch | None:
+        if not self.batches:
+            return None
+        batch = self.batches.pop(0)
+        self.clock.seconds += batch.seconds
+        return batch
+
+
+class Searched:
+    """A task whose batches come from kb's search (or `policy`'s, a replay policy with a
+    `search`) on its dataset, on the model's clock with the model's budget."""
+
+    def __init__(self, dataset: Dataset, *, clock: Clock, budget_s: float, seed: int, policy=None) -> None:
+        from .policies import RulesPolicy
+
+        self.env = ReplayEnv(dataset, budget=budget_s, clock=clock)
+        self.search = (policy or RulesPolicy()).search(self.env, seed=seed)
+
+    @property
+    def best_s(self) -> float | None:
+        return self.env.dataset.best_latency_s
+
+    def step(self) -> Batch | None:
+        batch = self.search.next_batch()
+        if batch is None:
+            return None
+        before, trials = self.env.seconds, self.env.trials
+        outcomes = self.env.measure([c.sch for c in batch])
+        self.search.observe([(o.latency_s, o.error) for o in outcomes])
+        best = None if math.isinf(self.env.best_s) else self.env.best_s
+        return Batch(self.env.seconds - before, self.env.trials - trials, best)
 
 
 @dataclass(frozen=True)
 class ModelTask:
     """A task of the model: its weight (calls per model run), its default schedule's latency
-    (the untuned build's) and its search's batches, in order."""
+    (the untuned build's) and where its batches come from (`Scripted` or `Searched`)."""
 
     name: str
     weight: float
     default_s: float
-    batches: tuple[Batch, ...]
+    source: Scripted | Searched
 
     def __post_init__(self) -> None:
         if not (self.weight > 0 and self.default_s > 0):
             raise ValueError(f"task {self.name!r}: weight={self.weight!r}, default_s={self.default_s!r}: "
                              f"both must be positive")
-
-
-def search_batches(dataset: Dataset, *, budget_s: float, seed: int, policy=None) -> tuple[Batch, ...]:
-    """The batches of one task's search (`policy`: a replay policy, kb's rules by default) on
-    its dataset, with `budget_s` to spend."""
-    from .policies import RulesPolicy
-
-    env = ReplayEnv(dataset, budget=budget_s)
-    (policy or RulesPolicy()).run(env, seed=seed)
-    batches, seconds, trials = [], 0.0, 0
-    for point in env.curve:
-        best = point["best_ms"]
-        batches.append(Batch(point["seconds"] - seconds, point["trials"] - trials,
-                             None if best is None else best / 1e3))
-        seconds, trials = point["seconds"], point["trials"]
-    return tuple(batches)
 
 
 # an allocator: (task statistics, seconds left, seconds in all) -> the index of the task that
@@ -95,7 +121,7 @@ class ModelRun:
     """One allocation's replay: the model's latency after each batch."""
 
     budget_s: float
-    best_possible_s: float  # every task at its best batch's latency
+    best_possible_s: float  # every task at its dataset's best (its default where that is faster)
     curve: list[tuple[float, float]] = field(default_factory=list)  # (seconds, model latency s)
     choices: list[str] = field(default_factory=list)
 
@@ -119,38 +145,33 @@ class ModelRun:
         return area / self.budget_s
 
     def summary(self) -> dict:
-        return {"budget_s": self.budget_s, "best_possible_ms": self.best_possible_s * 1e3,
-                "latency_ms_at": {f"{q:.0%}": self.latency_at(q * self.budget_s) * 1e3 for q in (0.1, 0.25, 0.5, 1.0)},
+        at = {f"{q:.0%}": self.latency_at(q * self.budget_s) * 1e3 for q in (0.1, 0.25, 0.5, 1.0)}
+        return {"budget_s": self.budget_s, "best_possible_ms": self.best_possible_s * 1e3, "latency_ms_at": at,
                 "mean_latency_ms": self.mean_latency() * 1e3, "batches": len(self.choices)}
 
 
-def replay_model(tasks: list[ModelTask], allocator: Allocator, *, budget_s: float) -> ModelRun:
-    """Deal the tasks' batches out as `allocator` chooses until the budget is spent, the
-    allocator stops, or no task has a batch left."""
+def replay_model(tasks: list[ModelTask], allocator: Allocator, *, budget_s: float, clock: Clock) -> ModelRun:
+    """Give the tasks batches as `allocator` chooses until the budget is spent on `clock` (the
+    one the tasks' sources share), the allocator stops, or no task has a batch left."""
     if budget_s <= 0:
         raise ValueError(f"budget_s={budget_s!r}: must be positive")
     stats = [TaskStats(name=t.name, weight=t.weight, flop=0.0, latency_default=t.default_s) for t in tasks]
-    dealt = [0] * len(tasks)
-    best_possible = sum(t.weight * min([t.default_s] + [b.best_s for b in t.batches if b.best_s is not None])
-                        for t in tasks)
+    best_possible = sum(t.weight * min(t.default_s, t.source.best_s or math.inf) for t in tasks)
     run = ModelRun(budget_s=budget_s, best_possible_s=best_possible)
-    clock = 0.0
-    run.curve.append((clock, _model_latency(stats)))
-    while clock < budget_s:
-        for i, task in enumerate(tasks):
-            if dealt[i] == len(task.batches):  # for good: not parked, so no rule revives it
-                stats[i].retired, stats[i].parked = stats[i].retired or "its recorded search ended", False
-        pick = allocator(stats, budget_s - clock, budget_s)
+    run.curve.append((clock.seconds, _model_latency(stats)))
+    while clock.seconds < budget_s:
+        pick = allocator(stats, budget_s - clock.seconds, budget_s)
         if pick is None:
             break
-        if stats[pick].retired is not None or dealt[pick] == len(tasks[pick].batches):
-            raise ValueError(f"the allocator chose {tasks[pick].name!r}, which has no batch left")
-        batch = tasks[pick].batches[dealt[pick]]
-        dealt[pick] += 1
-        clock += batch.seconds
+        if stats[pick].retired is not None:
+            raise ValueError(f"the allocator chose {tasks[pick].name!r}, which is retired ({stats[pick].retired})")
+        batch = tasks[pick].source.step()
+        if batch is None:  # for good: not parked, so no rule revives it
+            stats[pick].retired, stats[pick].parked = "its search stopped", False
+            continue
         stats[pick].record_batch(batch.seconds, batch.trials, batch.best_s)
         run.choices.append(tasks[pick].name)
-        run.curve.append((clock, _model_latency(stats)))
+        run.curve.append((clock.seconds, _model_latency(stats)))
     return run
 
 
@@ -158,14 +179,20 @@ def _model_latency(stats: list[TaskStats]) -> float:
     return sum(t.model_seconds for t in stats)
 
 
-def model_tasks(spec: dict, *, budget_s: float, seed: int, folders=(), policy=None) -> list[ModelTask]:
+def load_model(spec: dict, folders=()) -> list[tuple[Dataset, float, float]]:
     """A model of a models file (datasets/models.json: its "tasks", each a dataset name, a weight
-    and default_ms) with each task's batches replayed at `seed`."""
+    and default_ms): (dataset, weight, default seconds) per task."""
     from .catalog import load
 
-    out = []
-    for task in spec["tasks"]:
-        _, dataset = load(task["dataset"], folders)
-        out.append(ModelTask(name=dataset.task, weight=float(task["weight"]), default_s=task["default_ms"] / 1e3,
-                             batches=search_batches(dataset, budget_s=budget_s, seed=seed, policy=policy)))
-    return out
+    return [(load(task["dataset"], folders)[1], float(task["weight"]), task["default_ms"] / 1e3)
+            for task in spec["tasks"]]
+
+
+def model_tasks(model: list[tuple[Dataset, float, float]], *, budget_s: float, seed: int,
+                policy=None) -> tuple[list[ModelTask], Clock]:
+    """A fresh replay of a loaded model (`load_model`): its tasks, each searching its dataset,
+    and the clock they share."""
+    clock = Clock()
+    return [ModelTask(name=data.task, weight=weight, default_s=default_s,
+                      source=Searched(data, clock=clock, budget_s=budget_s, seed=seed, policy=policy))
+            for data, weight, default_s in model], clock

@@ -121,17 +121,21 @@ class RulesPolicy(ReplayPolicy):
         self.outside_best_s = outside_best_s
 
     def run(self, env: ReplayEnv, *, seed: int) -> None:
+        task = self.search(env, seed=seed)
+        while (batch := task.next_batch()) is not None:
+            outcomes = env.measure([c.sch for c in batch])
+            task.observe([(o.latency_s, o.error) for o in outcomes])
+
+    def search(self, env: ReplayEnv, *, seed: int) -> TaskSearch:
+        """kb's search on the env, to be stepped: `next_batch()`, `env.measure`, `observe`."""
         options = self.options or SearchOptions()
         options = SearchOptions(**{**vars(options), "seed": seed, "repeatable": True})
         self.events: list[dict] = []  # the decision log
         log = DecisionLog(None, listener=self.events.append)
         factory = ReplayFactory(env, rng=np.random.default_rng(seed))
-        task = TaskSearch(context=None, design_spaces=[], templates=[], budget=env.budget, options=options,
+        return TaskSearch(context=None, design_spaces=[], templates=[], budget=env.budget, options=options,
                           max_trials=10**9, trials_per_batch=default_batch(env), log=log, factory=factory,
                           clock=lambda: env.seconds, steer=self.steer, outside_best_s=self.outside_best_s)
-        while (batch := task.next_batch()) is not None:
-            outcomes = env.measure([c.sch for c in batch])
-            task.observe([(o.latency_s, o.error) for o in outcomes])
 
 
 class ReplayFactory:
