@@ -83,6 +83,8 @@ def test_searched_tasks_share_the_models_clock_and_budget(tmp_path):
         assert latencies == sorted(latencies, reverse=True) and latencies[-1] >= run.best_possible_s
         if label == "round_robin":
             assert tasks[0].source.env.trials and tasks[1].source.env.trials
+        if label == "small_first_batches":
+            assert run.trials[0] <= 4 < max(run.trials)  # the first batch small, the next ones not
 
 
 def test_a_task_needs_a_positive_weight_and_default():

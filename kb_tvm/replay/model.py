@@ -40,7 +40,7 @@ class Scripted:
         bests = [b.best_s for b in self.batches if b.best_s is not None]
         return min(bests) if bests else None
 
-    def step(self) -> Batch | None:
+    def step(self, trials: int | None = None) -> Batch | None:
         if not self.batches:
             return None
         batch = self.batches.pop(0)
@@ -62,8 +62,14 @@ class Searched:
     def best_s(self) -> float | None:
         return self.env.dataset.best_latency_s
 
-    def step(self) -> Batch | None:
-        batch = self.search.next_batch()
+    def step(self, trials: int | None = None) -> Batch | None:
+        """One batch of the search (of at most `trials` candidates where given)."""
+        plan = self.search.plan
+        usual, plan.trials_per_batch = plan.trials_per_batch, trials or plan.trials_per_batch
+        try:
+            batch = self.search.next_batch()
+        finally:
+            plan.trials_per_batch = usual
         if batch is None:
             return None
         before, trials = self.env.seconds, self.env.trials
@@ -90,8 +96,9 @@ class ModelTask:
 
 
 # an allocator: (task statistics, seconds left, seconds in all) -> the index of the task that
-# gets the next batch, or None to stop; it may retire tasks on their statistics as it goes
-Allocator = Callable[[list[TaskStats], float, float], "int | None"]
+# gets the next batch (or (index, candidates in that batch)), or None to stop; it may retire
+# tasks on their statistics as it goes
+Allocator = Callable[[list[TaskStats], float, float], "int | tuple[int, int] | None"]
 
 
 def kb_rule(tasks: list[TaskStats], seconds_left: float, seconds_total: float) -> int | None:
@@ -113,7 +120,19 @@ def largest_share(tasks: list[TaskStats], seconds_left: float, seconds_total: fl
     return max(live, key=lambda i: tasks[i].model_seconds) if live else None
 
 
-ALLOCATORS: dict[str, Allocator] = {"rule": kb_rule, "round_robin": round_robin, "largest_share": largest_share}
+def small_first_batches(trials: int = 4) -> Allocator:
+    """KBTaskScheduler's choice, but a task's first batch has `trials` candidates: every task
+    leaves its default schedule sooner, each with less to rank its regions by."""
+
+    def allocate(tasks: list[TaskStats], seconds_left: float, seconds_total: float):
+        pick = kb_rule(tasks, seconds_left, seconds_total)
+        return pick if pick is None or tasks[pick].batches else (pick, trials)
+
+    return allocate
+
+
+ALLOCATORS: dict[str, Allocator] = {"rule": kb_rule, "round_robin": round_robin, "largest_share": largest_share,
+                                    "small_first_batches": small_first_batches()}
 
 
 @dataclass
@@ -123,7 +142,8 @@ class ModelRun:
     budget_s: float
     best_possible_s: float  # every task at its dataset's best (its default where that is faster)
     curve: list[tuple[float, float]] = field(default_factory=list)  # (seconds, model latency s)
-    choices: list[str] = field(default_factory=list)
+    choices: list[str] = field(default_factory=list)  # the task of each batch
+    trials: list[int] = field(default_factory=list)  # the candidates of each batch
 
     def latency_at(self, seconds: float) -> float:
         """The model's latency at `seconds` (before any batch: every default schedule)."""
@@ -163,14 +183,16 @@ def replay_model(tasks: list[ModelTask], allocator: Allocator, *, budget_s: floa
         pick = allocator(stats, budget_s - clock.seconds, budget_s)
         if pick is None:
             break
+        pick, trials = pick if isinstance(pick, tuple) else (pick, None)
         if stats[pick].retired is not None:
             raise ValueError(f"the allocator chose {tasks[pick].name!r}, which is retired ({stats[pick].retired})")
-        batch = tasks[pick].source.step()
+        batch = tasks[pick].source.step(trials)
         if batch is None:  # for good: not parked, so no rule revives it
             stats[pick].retired, stats[pick].parked = "its search stopped", False
             continue
         stats[pick].record_batch(batch.seconds, batch.trials, batch.best_s)
         run.choices.append(tasks[pick].name)
+        run.trials.append(batch.trials)
         run.curve.append((clock.seconds, _model_latency(stats)))
     return run
 
