@@ -152,8 +152,15 @@ def test_tune_the_shipped_model_end_to_end(tmp_path):
     assert trivial and all(t["share_of_model_time"] < 0.02 for t in trivial)
     assert all(t["trials"] == 0 for t in trivial if not t["revived"])
     assert all(t["share_of_model_time"] < 0.02 for t in tasks if t["revived"])
-    assert report["family_kernels"] and all(k["family"] == "cpu_gemm" for k in report["family_kernels"]), \
-        run.stdout[:3000]
+    # the CPU GEMM family computes the block's matmuls; the library is the fastest right build of
+    # those tried with and without its kernels (a 40-us model: which one wins is the timer's call)
+    assert "cpu_gemm: fused_matmul" in run.stdout
+    assert all(k["family"] == "cpu_gemm" for k in report["family_kernels"])
+    builds = report["family_builds"]
+    assert [] in [b["tasks"] for b in builds] and any(b["tasks"] for b in builds)
+    assert report["latency_tuned_ms"] == min(b["latency_ms"] for b in builds if b["mismatch"] is None)
+    assert sorted(k["task"] for k in report["family_kernels"]) == sorted(
+        next(b["tasks"] for b in builds if b["latency_ms"] == report["latency_tuned_ms"]))
     hottest = hottest_at_search_start(report, work_dir, tasks)
     first_batches = [line for line in run.stdout.splitlines() if "first batch" in line]
     assert f"] {hottest['task']}: first batch" in first_batches[0] and hottest["trials"] > 0
