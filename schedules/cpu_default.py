@@ -2,11 +2,11 @@
 
 A task kb leaves at its default (trivial ones, reshapes, norms, softmaxes below the floor) would
 otherwise lower as TVM writes it: serial loops on one core, vectorized only where LLVM manages
-it. In a decoder on 2 cores such tasks were a tenth of the model's time. Here, as dlight's GPU
+it. In a small decoder on 2 cores such tasks were 6% of the model's time. Here, as dlight's GPU
 `Fallback` does for threads, each function's injective blocks are inlined where they can be;
 each remaining block runs its leading spatial loops across the threads (where there is enough
-work to pay for waking them), and an injective block's innermost loop as vectors where its extent
-is a multiple of the vector width. Reductions of the softmax and norm kind get dlight's CPU
+work to pay for waking them), and an injective block's innermost loop as vectors where its reads
+are contiguous and its extent is a multiple of the vector width. Reductions of the softmax and norm kind get dlight's CPU
 `Reduction` first (relax_build.py); matmuls and convolutions keep TVM's serial loops (kb tunes
 them, or a kernel family takes them).
 """
