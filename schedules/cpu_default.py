@@ -69,9 +69,9 @@ class CpuReduction(Refusable):
             return None
         sch = s_tir.Schedule(func)
         blocks = [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
-        if any(is_contraction(b) for b in blocks) or sum(work(sch, b) for b in blocks) < PARALLEL_MIN:
+        if any(is_contraction(b) for b in blocks) or sum(work(b) for b in blocks) < PARALLEL_MIN:
             return None  # a matmul's or convolution's default (CpuFallback's), or too little for threads
-        for block in blocks if stores_booleans(func) else []:
+        for block in blocks:
             if block.writes[0].source.dtype == "bool":
                 try:
                     sch.compute_inline(sch.get_sblock(block.name_hint))
@@ -89,7 +89,7 @@ def is_contraction(block) -> bool:
     return len(along) > 1
 
 
-def work(sch, block) -> int:
+def work(block) -> int:
     """A block's element reads: its iterations x the buffers it reads (symbolic extents: PARALLEL_MIN)."""
     from tvm import tirx
 
@@ -100,17 +100,6 @@ def work(sch, block) -> int:
             return PARALLEL_MIN
         total *= int(extent)
     return total
-
-
-def stores_booleans(func) -> bool:
-    """Whether the PrimFunc stores into a bool tensor."""
-    import tvm_ffi
-    from tvm import tirx
-
-    found = []
-    tvm_ffi.structural_walk(func.body, [(tirx.BufferStore, lambda node: found.append(node.buffer.dtype == "bool"))],
-                            order="post")
-    return any(found)
 
 
 class CpuFallback:
@@ -133,7 +122,6 @@ class CpuFallback:
 
     def _schedule_block(self, sch, info, target) -> None:
         loops = sch.get_loops(info.block_rv)
-        extents = [_int_extent(sch, loop) for loop in loops]
         spatial = leading_spatial(info.dom_kind())
         block = sch.get(info.block_rv)
         # a matmul's or convolution's sum inside a parallel loop went through memory at every step
@@ -142,7 +130,7 @@ class CpuFallback:
             return
         if info.is_injective() and contiguous_inner(block):
             lanes = vector_lanes(target, block.writes[0].source.dtype.bits if block.writes else 32)
-            inner = extents[-1]
+            inner = _int_extent(sch, loops[-1])
             if lanes > 1 and inner is not None and inner % lanes == 0:
                 if inner > lanes:
                     outer, vector = sch.split(loops[-1], [None, lanes])
@@ -151,7 +139,7 @@ class CpuFallback:
                 else:
                     sch.vectorize(loops[-1])
                     loops, spatial = loops[:-1], spatial - 1
-        if spatial == 0 or work(sch, block) < PARALLEL_MIN:
+        if spatial == 0 or work(block) < PARALLEL_MIN:
             return
         # the innermost spatial loop stays serial (LLVM vectorizes it) unless it is the only one:
         # a pooling with every spatial loop fused across the threads ran 10x slower than serial
