@@ -34,11 +34,8 @@ class Scripted:
 
     def __init__(self, batches: list[Batch], clock: Clock) -> None:
         self.batches, self.clock = list(batches), clock
-
-    @property
-    def best_s(self) -> float | None:
         bests = [b.best_s for b in self.batches if b.best_s is not None]
-        return min(bests) if bests else None
+        self.best_s = min(bests) if bests else None  # of all its batches, those to come and those given
 
     def step(self, trials: int | None = None) -> Batch | None:
         if not self.batches:
@@ -72,11 +69,11 @@ class Searched:
             plan.trials_per_batch = usual
         if batch is None:
             return None
-        before, trials = self.env.seconds, self.env.trials
+        seconds_before = self.env.seconds
         outcomes = self.env.measure([c.sch for c in batch])
         self.search.observe([(o.latency_s, o.error) for o in outcomes])
         best = None if math.isinf(self.env.best_s) else self.env.best_s
-        return Batch(self.env.seconds - before, self.env.trials - trials, best)
+        return Batch(self.env.seconds - seconds_before, len(batch), best)
 
 
 @dataclass(frozen=True)
