@@ -19,8 +19,8 @@ memory, the body is one device function), compiled with the GEMM template's kern
 The parameters a performance engineer would tune: `bm` (query rows a block: 4 or 8 warps) and
 `bn` (keys a tile), and how K and V are read (`k_vectors`, `v_ldmatrix`). On the H200 every tile
 computed right with both read plainly; the vector and ldmatrix reads, and `skip_masked` (the key
-tiles a mask hides from a whole block are skipped), are assembled by ptxas here but have not run
-on a GPU yet. Not yet: wgmma and TMA (the Hopper GEMM template's), a pipelined (cp.async) load of
+tiles a mask hides from a whole block are skipped), are checked against the task's default build
+like every variant, `skip_masked` on a causal mask. Not yet: wgmma and TMA (the Hopper GEMM template's), a pipelined (cp.async) load of
 the next tile.
 """
 
@@ -52,9 +52,8 @@ class AttentionTile:
     # Kᵀ's rows of keys read in 16-byte pieces (where seq_kv is a multiple of 8), not 2 bytes at a time
     k_vectors: bool = True
     # a key tile the bias masks for every row of the block, once each row has a score it leaves, is
-    # skipped (a causal mask's upper triangle: half the tiles). Its terms are exactly 0, but the
-    # family's check runs on random inputs, whose bias masks nothing, so it cannot catch a fault
-    # here: the search leaves it off until benchmarks/attention_h200.py (real masks) has run it
+    # skipped (a causal mask's upper triangle: half the tiles). Its terms are exactly 0; the
+    # family checks it on a causal mask (random biases mask nothing)
     skip_masked: bool = False
 
     def __post_init__(self) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -144,13 +145,31 @@ def test_the_family_reads_the_task_and_refuses_others():
     with pytest.raises(NotApplicable, match="not an attention task"):
         FAMILY.match(get_workload("gemm-4096-fp16").module(), target)
     pool = FAMILY.variants(problem, target).pool
-    assert pool[0] == AttentionTile(bm=64, bn=64) and len(pool) == len(set(pool)) == 8
+    # a causal mask's tiles skipped first, then the same tiles without the skip
+    assert pool[:3] == [AttentionTile(bm=64, bn=64, skip_masked=True), AttentionTile(bm=128, bn=64, skip_masked=True),
+                        AttentionTile(bm=64, bn=64)] and len(pool) == len(set(pool)) == 10
     assert AttentionTile(bm=64, bn=64, v_ldmatrix=False, k_vectors=False) in pool  # plain reads beside vector ones
-    assert not any(tile.skip_masked for tile in pool)  # not searched until it has run on a GPU
+    # without a mask over queries and keys (ViT's none, BERT's padding row) nothing is skipped
+    for bias in (None, (1, 1, 1, 16)):
+        assert not any(tile.skip_masked for tile in FAMILY.variants(replace(problem, bias_dims=bias), target).pool)
     kernel = FAMILY.build(problem, pool[0], target, "kb_attention")
     # the kernel takes each head's matrices one after the other, the bias as the model broadcasts it
     assert kernel.shapes == ((64, 16), (64, 16), (64, 16), (1, 1, 16, 16), (64, 16)) and kernel.arch == "sm_90a"
     assert FAMILY.from_record(FAMILY.record(pool[1])) == pool[1]
+
+
+def test_the_timed_inputs_hold_the_mask_a_decoder_has():
+    # a random bias masks nothing, so a tile skip would be neither checked nor timed on it
+    shape = AttentionShape(batch=1, heads=2, seq=6, seq_kv=8, d=16, d_v=16, dtype="float16", out_dtype="float16",
+                           bias_dims=(1, 1, 6, 8), round_scores=True, nan_to_zero=True)
+    arrays = [np.ones((1, 2, 6, 16)), np.ones((1, 2, 16, 8)), np.ones((1, 2, 8, 16)),
+              np.full((1, 1, 6, 8), 0.5, "float32"), np.zeros((1, 2, 6, 16))]
+    assert FAMILY.check_inputs(shape, arrays, 0)[3].min() == 0.5
+    causal = FAMILY.check_inputs(shape, arrays, 1)[3][0, 0] < -1e30
+    # row i sees keys up to i + 2 (two keys before the queries, as with a cache)
+    assert [int((~row).sum()) for row in causal] == [3, 4, 5, 6, 7, 8] and arrays[3].min() == 0.5
+    padding = FAMILY.check_inputs(replace(shape, bias_dims=(1, 1, 1, 8)), [*arrays[:3], arrays[3][:, :, :1]], 0)[3]
+    assert (padding[..., -2:] < -1e30).all() and (padding[..., :-2] == 0.5).all()
 
 
 def test_tiles_name_what_they_break():

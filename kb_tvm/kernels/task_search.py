@@ -77,7 +77,7 @@ def search_task(family: KernelFamily, problem, func, name: str, target, device, 
     for row in earlier:
         if row["task"] == name and row.get("family") == family.name:
             search.tell(family.from_record(row), row["seconds"])
-    inputs = [task_inputs(list(func.params), seed) for seed in (0, 1)]
+    inputs = [family.check_inputs(problem, task_inputs(list(func.params), seed), seed) for seed in (0, 1)]
     references = [reference(arrays) for arrays in inputs]
     with (Path(work_dir) / FILE_NAME).open("a") as log:
         while not until() and (params := search.ask()) is not None:

@@ -4,6 +4,8 @@ fp16 or bf16, and searches its tiles in the order below."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..family import KernelFamily, NotApplicable, PatientSearch
 from ..hopper_gemm.family import ARCH, on_hopper_in
 from .rewrite import ATTR, AttentionShape
@@ -14,6 +16,9 @@ from .rewrite import ATTR, AttentionShape
 # run on a GPU yet: where they compute wrong the check refuses them), then the rest
 TILE_ORDER = ((64, 64, True), (128, 64, True), (64, 64, False), (128, 64, False), (64, 32, True),
               (64, 128, True), (128, 32, True), (128, 128, True))
+# measured first where the bias spans queries and keys (a decoder's causal mask): the same 64-key
+# tiles skipping the key tiles the mask hides from a whole block, half of a causal attention's
+SKIPPING = ((64, 64, True), (128, 64, True))
 
 
 def takes_attention(target, precision: str | None) -> bool:
@@ -44,12 +49,29 @@ class FlashAttention(KernelFamily):
 
         if problem.dtype not in DTYPES:
             raise NotApplicable(f"dtype {problem.dtype}: the kernel takes {', '.join(DTYPES)}")
-        pool = [tile for tile in (AttentionTile(bm=bm, bn=bn, v_ldmatrix=fast, k_vectors=fast)
-                                  for bm, bn, fast in TILE_ORDER)
+        masks_keys_by_row = problem.bias_dims is not None and problem.bias_dims[2] > 1
+        order = [(*tile, True) for tile in SKIPPING if masks_keys_by_row] + [(*tile, False) for tile in TILE_ORDER]
+        pool = [tile for tile in (AttentionTile(bm=bm, bn=bn, v_ldmatrix=fast, k_vectors=fast, skip_masked=skip)
+                                  for bm, bn, fast, skip in order)
                 if not tile.fits(problem.d, problem.d_v)]
         if not pool:
             raise NotApplicable(f"no tile takes heads of d={problem.d}, d_v={problem.d_v}")
         return PatientSearch(pool, patience=3, what=f"attention {problem.seq}x{problem.seq_kv}x{problem.d}")
+
+    def check_inputs(self, problem: AttentionShape, arrays: list, seed: int) -> list:
+        """Random scores mask nothing, so the second set (the one timed) gets the mask a model
+        has: causal where the bias spans queries and keys (a decoder's), so a tile skip that
+        drops a wrong tile fails the check and one that pays is timed paying; the first set
+        masks a padding bias's last quarter of keys (BERT's, which its runs mostly leave unmasked)."""
+        if problem.bias_dims is None:
+            return arrays
+        bias = arrays[3].copy()
+        lowest = np.finfo(np.float32).min
+        if problem.bias_dims[2] > 1 and seed == 1:
+            bias[..., np.triu(np.ones((problem.seq, problem.seq_kv), bool), 1 + problem.seq_kv - problem.seq)] = lowest
+        elif problem.bias_dims[2] == 1 and seed == 0:
+            bias[..., -(problem.seq_kv // 4):] = lowest
+        return [*arrays[:3], bias, *arrays[4:]]
 
     def build(self, problem: AttentionShape, params, target, task: str):
         from ...schedules.flash_attention import attention
