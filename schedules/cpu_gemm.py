@@ -12,7 +12,8 @@ schedule of the task's own plain TIR (kb_tvm/kernels/fused_gemm.py's `FusedGemm.
   build). A B[N, K] (a Linear layer's weight) needs it: read in place it costs strided loads
   across rows. A B[K, N] may not: its panel is `cols` contiguous floats a row.
   Where N is no multiple of `cols` (GPT-2's 50257 words), the last panel is padded with zero
-  columns, which the epilogue does not store.
+  columns, which the epilogue does not store; prepacked, the build pads it (the kernel's B has
+  the padded columns: `FusedGemm.reference(b_columns=)`).
 - The blocks are spread over the threads column panel outermost, so that the blocks a thread
   runs one after another read the same panel of B from its cache.
 - The epilogue (bias, GELU, residual) runs on each block as soon as its sums are done.
@@ -71,13 +72,19 @@ def take_packed(sch, block, buffer: str, index_map, *, prepacked: bool, copy: st
     sch.vectorize(lane)
 
 
-def packing(shape: tuple[int, ...], index_map, dtype: str = "float32"):
+def packing(shape: tuple[int, ...], index_map, dtype: str = "float32", padded: tuple[int, ...] | None = None):
     """main(X, X_packed): X of `shape` copied into `index_map`'s layout, what the build runs once
-    on a constant input a kernel takes prepacked (and the variant search on the task's input)."""
-    from tvm import s_tir, te
+    on a constant input a kernel takes prepacked (and the variant search on the task's input);
+    with `padded` (a larger shape), X is first padded with zeros to it."""
+    from tvm import s_tir, te, tirx
 
     source = te.placeholder(shape, dtype, name="X")
-    copy = te.compute(shape, lambda *i: source(*i), name="pack")
+    if padded is None:
+        copy = te.compute(shape, lambda *i: source(*i), name="pack")
+    else:
+        inside = lambda *i: tirx.all(*(x < extent for x, extent in zip(i, shape)))  # noqa: E731
+        copy = te.compute(padded, lambda *i: tirx.if_then_else(inside(*i), source(*i), tirx.const(0, dtype)),
+                          name="pack")
     sch = s_tir.Schedule(te.create_prim_func([source, copy]))
     sch.transform_layout(sch.get_sblock("pack"), ("write", 0), index_map)
     return sch.mod["main"]
@@ -96,10 +103,13 @@ def schedule(func, tile: CpuGemmTile, b_layout: str):
     b_name = "B"
     if padded:  # B's last panel and the sums get zero columns, which the epilogue does not store
         if not tile.pack_b or tile.prepacked:
-            raise ValueError(f"N={n} is no multiple of cols={tile.cols}: B must be packed on each call")
+            raise ValueError(f"N={n} is no multiple of cols={tile.cols}: B must be packed on each call "
+                             "(or given padded: FusedGemm.reference(b_columns=))")
         sch.pad_einsum(gemm, [1, tile.cols, 1])
         sch.compute_inline(sch.get_sblock("D_pad"))  # the epilogue reads the padded sums
         b_name = "B_pad"
+    # the epilogue stores fewer columns than the sums have where B came padded (or was padded here)
+    padded = padded or int(sch.get(epilogue).iter_vars[1].dom.extent) != n
     i, j, k = sch.get_loops(gemm)
     i_outer, i_inner = sch.split(i, [None, tile.rows])
     j_outer, j_inner = sch.split(j, [None, tile.cols])

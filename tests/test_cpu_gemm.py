@@ -142,10 +142,12 @@ def _run(kernel, arrays, target):
     ("kn", 32, CpuGemmTile(rows=4, cols=32, pack_b=False)), ("nk", 32, CpuGemmTile(rows=1, cols=16)),
     ("kn", 50, CpuGemmTile(rows=12, cols=16)), ("nk", 50, CpuGemmTile(rows=4, cols=32)),
     ("kn", 32, CpuGemmTile(rows=12, cols=16, prepacked=True)), ("nk", 64, CpuGemmTile(rows=4, cols=32, prepacked=True)),
+    ("kn", 50, CpuGemmTile(rows=12, cols=16, prepacked=True)), ("nk", 50, CpuGemmTile(rows=4, cols=32, prepacked=True)),
 ])
 def test_a_kernel_computes_its_task_also_with_blocks_past_the_last_row_and_column(b_layout, n, tile, llvm_target):
     """Two matrices of 25 rows: a 12-row block computes 10 past them (a predicate keeps them out
-    of C). 50 columns: B's last panel is padded with zeros, and the epilogue stores 50."""
+    of C). 50 columns: B's last panel is padded with zeros (on each call, or prepacked at build),
+    and the epilogue stores 50."""
     from kb_tvm.kernels.cpu_gemm import FAMILY
 
     m, k, batch = 25, 40, 2
@@ -225,8 +227,8 @@ def test_a_constant_b_is_packed_once_at_build_where_the_block_divides_n():
     assert constant and all(t.prepacked for t in constant)  # packing it on each call is only slower
     assert {t.pack_b for t in variants(128, 768, "kn", AVX512, b_constant=True)} == {True, False}
     assert not any(t.prepacked for t in variants(128, 768, "nk", AVX512))  # an activation is packed each call
-    vocabulary = variants(128, 50257, "kn", AVX512, b_constant=True)  # padded panels: packed each call
-    assert vocabulary and not any(t.prepacked for t in vocabulary)
+    vocabulary = variants(128, 50257, "kn", AVX512, b_constant=True)  # padded panels, packed at build too
+    assert vocabulary and all(t.prepacked for t in vocabulary)
     with pytest.raises(ValueError, match="prepacked=True needs pack_b=True"):
         CpuGemmTile(rows=4, cols=16, pack_b=False, prepacked=True)
 

@@ -122,14 +122,15 @@ class FusedGemm:
         return (next(i for i, x in enumerate(params) if x.same_as(self.a)),
                 next(i for i, x in enumerate(params) if x.same_as(self.b)))
 
-    def reference(self, symbol: str, k_splits: int = 1):
+    def reference(self, symbol: str, k_splits: int = 1, b_columns: int | None = None):
         """The kernel's twin in plain TIR (any target, unscheduled): the same signature, GEMM and
         epilogue (with k_splits > 1: main(A, B, P), the partial sums). On the CPU it checks what
-        `kernel` is given against the task itself."""
+        `kernel` is given against the task itself. `b_columns`: B's columns (and the sums') padded
+        to this many, which the epilogue does not store (a B packed once, padded, at build)."""
         p = self.problem
         if k_splits > 1:
             return _plain_gemm(p, None, k_splits).with_attr("global_symbol", symbol)
-        return self._with_task_params(lambda epilogue: _plain_gemm(p, epilogue), symbol)
+        return self._with_task_params(lambda epilogue: _plain_gemm(p, epilogue, b_columns=b_columns), symbol)
 
     def _with_task_params(self, make, symbol: str):
         """`make(epilogue)` -> main(A, B, C), re-signed to take the task's parameters."""
@@ -152,15 +153,22 @@ class FusedGemm:
                 for buf in self.params]
 
 
-def _plain_gemm(p: GemmProblem, epilogue, k_splits: int = 1):
+def _plain_gemm(p: GemmProblem, epilogue, k_splits: int = 1, b_columns: int | None = None):
     """main(A, B, C) for `p` in plain TIR, on the kernels' 2-D views (GemmProblem.gemm_shapes):
     C[r, j] = epilogue(sum_k A[r, k] * B of r's batch[k, j] in fp32, r, j); with k_splits > 1,
-    C = P[k_splits, rows, n], each split's fp32 sum over its part of K."""
+    C = P[k_splits, rows, n], each split's fp32 sum over its part of K. With `b_columns` (one B
+    for all rows), B and the sums have that many columns, and C the first n of them."""
     from tvm.script import tirx as T
 
     m, n, k, dtype, out_dtype = p.m, p.n, p.k, p.dtype, p.out_dtype
     (rows, _), b_shape, _ = p.gemm_shapes
     kn = p.b_layout == "kn"
+    sums = n
+    if b_columns is not None:
+        if p.b_batched or b_columns < n:
+            raise ValueError(f"b_columns={b_columns!r}: at least n={n}, with one B for all rows")
+        sums = b_columns
+        b_shape = (k, sums) if kn else (sums, k)
     splits = k_splits
 
     def b_at(B, r, j, kk):
@@ -177,8 +185,8 @@ def _plain_gemm(p: GemmProblem, epilogue, k_splits: int = 1):
         A = T.match_buffer(a, (rows, k), dtype)
         B = T.match_buffer(b, b_shape, dtype)
         C = T.match_buffer(c, (rows, n), out_dtype)
-        D = T.sblock_alloc_buffer((rows, n), "float32")
-        for i, j, r in T.grid(rows, n, k):
+        D = T.sblock_alloc_buffer((rows, sums), "float32")
+        for i, j, r in T.grid(rows, sums, k):
             with T.sblock("gemm"):
                 vi, vj, vr = T.axis.remap("SSR", [i, j, r])
                 with T.init():

@@ -67,11 +67,16 @@ class CpuGemm(CpuFamily):
         from ..extern import ExternKernel
 
         symbol = f"kb_cpu_gemm_{task}"
-        func = schedule(problem.reference(symbol), params, problem.problem.b_layout)
+        p = problem.problem
+        # a B packed at build is padded there to whole panels (GPT-2's 50257 words)
+        columns = -(-p.n // params.cols) * params.cols if params.prepacked and p.n % params.cols else None
+        func = schedule(problem.reference(symbol, b_columns=columns), params, p.b_layout)
         shapes, packs = problem.kernel_shapes(), ()
         if params.prepacked:
             b = problem.gemm_inputs[1]
-            pack = packing(problem.problem.gemm_shapes[1], panels(problem.problem.b_layout, params.cols))
+            b_shape = p.gemm_shapes[1]
+            padded = None if columns is None else (p.k, columns) if p.b_layout == "kn" else (columns, p.k)
+            pack = packing(b_shape, panels(p.b_layout, params.cols), padded=padded)
             shapes[b] = tuple(int(d) for d in pack.params[1].ty.shape)  # B's panels (a batch's one after another)
             packs = ((b, pack),)
         return ExternKernel(task=task, symbol=symbol, func=func.with_attr("global_symbol", symbol),

@@ -40,8 +40,8 @@ def variants(rows: int, n: int, b_layout: str, unit: VectorUnit, b_constant: boo
     """Every register block that fits the unit (its accumulators, the K step's B vectors and a
     broadcast in the registers; on the stack), for a GEMM of `rows` rows (a batch's rows one
     after the other) and `n` columns, in the prior's order. A B[K, N] whose N the block divides
-    may also be read unpacked. A constant B (`b_constant`: a model's weights) whose N the block
-    divides is packed once at build rather than on each call. With a B for each matrix of the
+    may also be read unpacked. A constant B (`b_constant`: a model's weights) is packed once at
+    build rather than on each call (padded to whole panels where the block does not divide N). With a B for each matrix of the
     batch (attention's; `matrix_rows`: the rows of one), a block divides the matrix's rows and N,
     so that it reads one B's panel."""
     out = []
@@ -54,7 +54,7 @@ def variants(rows: int, n: int, b_layout: str, unit: VectorUnit, b_constant: boo
                 continue
             if matrix_rows is not None and matrix_rows % r:
                 continue
-            packed = CpuGemmTile(rows=r, cols=cols, prepacked=b_constant and n % cols == 0)
+            packed = CpuGemmTile(rows=r, cols=cols, prepacked=b_constant)
             out.extend([packed, CpuGemmTile(rows=r, cols=cols, pack_b=False)] if b_layout == "kn" and n % cols == 0
                        else [packed])
     return sorted(out, key=lambda t: (prior(t, rows, n, unit), t.describe()))
