@@ -20,8 +20,8 @@ The parameters a performance engineer would tune: `bm` (query rows a block: 4 or
 `bn` (keys a tile), and how K and V are read (`k_vectors`, `v_ldmatrix`). On the H200 every tile
 computed right with both read plainly; the vector and ldmatrix reads, and `skip_masked` (the key
 tiles a mask hides from a whole block are skipped), are checked against the task's default build
-like every variant, `skip_masked` on a causal mask. Not yet: wgmma and TMA (the Hopper GEMM template's), a pipelined (cp.async) load of
-the next tile.
+like every variant, `skip_masked` on a causal mask; they have not run on a GPU yet. Not yet:
+wgmma and TMA (the Hopper GEMM template's), a pipelined (cp.async) load of the next tile.
 """
 
 from __future__ import annotations

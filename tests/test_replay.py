@@ -63,6 +63,19 @@ def test_a_replay_is_the_same_for_the_same_seed(policy):
     assert runs[0] == runs[1] and runs[0]["trials"] > 0
 
 
+def test_the_rules_take_the_batch_size_they_are_given():
+    from kb_tvm.replay.policies import RulesPolicy
+
+    sizes = {}
+    for batch in (None, 4):
+        env = ReplayEnv(made_up(bowl), budget=30)
+        RulesPolicy(trials_per_batch=batch).run(env, seed=0)
+        sizes[batch] = [b - a for a, b in zip([0] + [p["trials"] for p in env.curve], [p["trials"] for p in env.curve])]
+    assert max(sizes[None]) == 16 and sizes[4] and max(sizes[4]) == 4  # 16: tune-op's on llvm
+    with pytest.raises(ValueError, match="trials_per_batch=0: at least 1"):
+        RulesPolicy(trials_per_batch=0)
+
+
 def test_kbs_rules_run_their_own_phases_and_find_the_bottom_of_thebowl():
     env = ReplayEnv(made_up(bowl), budget=60)
     policy = POLICIES["rules"]()

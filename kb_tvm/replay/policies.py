@@ -111,14 +111,19 @@ class EvolutionaryPolicy(ReplayPolicy):
 class RulesPolicy(ReplayPolicy):
     """kb's search as it runs on a GPU or CPU, on the dataset; `steer`: a meta-policy choosing
     its macro-actions (the agent wing's; None: the rules alone); `outside_best_s`: a latency the
-    task already has outside the dataset's space (as a kernel family gives tune-op)."""
+    task already has outside the dataset's space (as a kernel family gives tune-op);
+    `trials_per_batch`: candidates a batch (default: tune-op's on the dataset's target)."""
 
     name = "rules"
 
-    def __init__(self, *, options: SearchOptions | None = None, steer=None, outside_best_s: float | None = None) -> None:
+    def __init__(self, *, options: SearchOptions | None = None, steer=None, outside_best_s: float | None = None,
+                 trials_per_batch: int | None = None) -> None:
+        if trials_per_batch is not None and trials_per_batch < 1:
+            raise ValueError(f"trials_per_batch={trials_per_batch!r}: at least 1")
         self.options = options
         self.steer = steer
         self.outside_best_s = outside_best_s
+        self.trials_per_batch = trials_per_batch
 
     def run(self, env: ReplayEnv, *, seed: int) -> None:
         task = self.search(env, seed=seed)
@@ -134,7 +139,8 @@ class RulesPolicy(ReplayPolicy):
         log = DecisionLog(None, listener=self.events.append)
         factory = ReplayFactory(env, rng=np.random.default_rng(seed))
         return TaskSearch(context=None, design_spaces=[], templates=[], budget=env.budget, options=options,
-                          max_trials=10**9, trials_per_batch=default_batch(env), log=log, factory=factory,
+                          max_trials=10**9, trials_per_batch=self.trials_per_batch or default_batch(env), log=log,
+                          factory=factory,
                           clock=lambda: env.seconds, steer=self.steer, outside_best_s=self.outside_best_s)
 
 

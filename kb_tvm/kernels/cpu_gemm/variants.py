@@ -41,9 +41,9 @@ def variants(rows: int, n: int, b_layout: str, unit: VectorUnit, b_constant: boo
     broadcast in the registers; on the stack), for a GEMM of `rows` rows (a batch's rows one
     after the other) and `n` columns, in the prior's order. A B[K, N] whose N the block divides
     may also be read unpacked. A constant B (`b_constant`: a model's weights) is packed once at
-    build rather than on each call (padded to whole panels where the block does not divide N). With a B for each matrix of the
-    batch (attention's; `matrix_rows`: the rows of one), a block divides the matrix's rows and N,
-    so that it reads one B's panel."""
+    build rather than on each call (padded to whole panels where the block does not divide N).
+    With a B for each matrix of the batch (attention's; `matrix_rows`: the rows of one), a block
+    divides the matrix's rows and N, so that it reads one B's panel."""
     out = []
     for vectors in VECTORS:
         cols = vectors * unit.lanes
