@@ -211,6 +211,13 @@ def test_the_shared_search_finds_a_right_variant_and_resumes(llvm_target, tmp_pa
     again = search_task(FAMILY, fused, mod["main"], "linear", llvm_target, device, reference,
                         until=lambda: False, work_dir=tmp_path, earlier=rows)
     assert again.params == choice.params and len(read_rows(tmp_path)) == len(rows)  # nothing measured twice
+    # a work dir of an earlier kb_tvm, whose variants for a constant B were packed on each call:
+    # resumed where B is now packed at build, its rows are not this search's, and it searches afresh
+    stale = [{**row, "tile": {**row["tile"], "prepacked": False}} for row in rows]
+    (tmp_path / "new").mkdir()
+    resumed = search_task(FAMILY, fused, mod["main"], "linear", llvm_target, device, reference,
+                          until=lambda: False, work_dir=tmp_path / "new", earlier=stale, constants=frozenset({1}))
+    assert resumed.params.prepacked and all(FAMILY.from_record(r).prepacked for r in read_rows(tmp_path / "new"))
 
 
 

@@ -19,10 +19,10 @@ class InOrder:
     """The family's variant search: its variants in the order given, the fastest kept."""
 
     def __init__(self, variants):
-        self.left, self.measured = list(variants), {}
+        self.pool, self.measured = list(variants), {}
 
     def ask(self):
-        return next((v for v in self.left if v not in self.measured), None)
+        return next((v for v in self.pool if v not in self.measured), None)
 
     def tell(self, params, seconds):
         self.measured[params] = seconds

@@ -13,8 +13,10 @@ class NotApplicable(ValueError):
 
 
 class VariantSearch(Protocol):
-    """A family's search over one problem's variants: ask for the next one to measure (None: done),
-    tell what it measured (seconds, or None for a variant that failed)."""
+    """A family's search over one problem's variants (`pool`: those it may ask): ask for the next
+    one to measure (None: done), tell what it measured (seconds, or None for a variant that failed)."""
+
+    pool: list
 
     def ask(self) -> Any | None: ...
 
