@@ -145,13 +145,9 @@ def test_the_family_reads_the_task_and_refuses_others():
     with pytest.raises(NotApplicable, match="not an attention task"):
         FAMILY.match(get_workload("gemm-4096-fp16").module(), target)
     pool = FAMILY.variants(problem, target).pool
-    # a causal mask's tiles skipped first, then the same tiles without the skip
-    assert pool[:3] == [AttentionTile(bm=64, bn=64, skip_masked=True), AttentionTile(bm=128, bn=64, skip_masked=True),
-                        AttentionTile(bm=64, bn=64)] and len(pool) == len(set(pool)) == 10
+    assert pool[0] == AttentionTile(bm=64, bn=64) and len(pool) == len(set(pool)) == 8
     assert AttentionTile(bm=64, bn=64, v_ldmatrix=False, k_vectors=False) in pool  # plain reads beside vector ones
-    # without a mask over queries and keys (ViT's none, BERT's padding row) nothing is skipped
-    for bias in (None, (1, 1, 1, 16)):
-        assert not any(tile.skip_masked for tile in FAMILY.variants(replace(problem, bias_dims=bias), target).pool)
+    assert not any(tile.skip_masked for tile in pool)  # right on the H200, but slower on every mask
     kernel = FAMILY.build(problem, pool[0], target, "kb_attention")
     # the kernel takes each head's matrices one after the other, the bias as the model broadcasts it
     assert kernel.shapes == ((64, 16), (64, 16), (64, 16), (1, 1, 16, 16), (64, 16)) and kernel.arch == "sm_90a"

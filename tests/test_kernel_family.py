@@ -116,3 +116,8 @@ def test_the_shared_search_checks_times_records_and_resumes_a_new_family(gemm, l
                         until=lambda: False, work_dir=tmp_path, earlier=rows, notify=events.append)
     assert again.params == choice.params and events == []  # resumed: nothing measured twice
     assert len((tmp_path / FILE_NAME).read_text().splitlines()) == 3
+    # out of time from the start (the tasks before it ran over): one variant all the same
+    (tmp_path / "late").mkdir()
+    late = search_task(family, problem, mod["main"], "gemm", llvm_target, local_device(llvm_target), reference,
+                       until=lambda: True, work_dir=tmp_path / "late", earlier=[])
+    assert [r["factor"] for r in read_rows(tmp_path / "late")] == [4] and late.params.factor == 4

@@ -12,13 +12,12 @@ from .rewrite import ATTR, AttentionShape
 
 # (bm, bn, vector reads) in the order to measure: 64-key tiles first (on the H200 the fastest for
 # the decoder's and ViT's attention, with 4 or 8 warps by the sequence), each also with K and V
-# read plainly, as every tile computed right on the H200 (the vector and ldmatrix reads have not
-# run on a GPU yet: where they compute wrong the check refuses them), then the rest
+# read plainly (the vector and ldmatrix reads were 1.1-3.6x faster on the H200 but for ViT's
+# 197 keys, where they tie), then the rest
 TILE_ORDER = ((64, 64, True), (128, 64, True), (64, 64, False), (128, 64, False), (64, 32, True),
               (64, 128, True), (128, 32, True), (128, 128, True))
-# measured first where the bias spans queries and keys (a decoder's causal mask): the same 64-key
-# tiles skipping the key tiles the mask hides from a whole block, half of a causal attention's
-SKIPPING = ((64, 64, True), (128, 64, True))
+# skip_masked (a causal mask's hidden key tiles skipped) is not searched: on the H200 it computed
+# right but ran 1.27-1.42x slower on every masked shape (each tile's mask is scanned first)
 
 
 def takes_attention(target, precision: str | None) -> bool:
@@ -49,19 +48,17 @@ class FlashAttention(KernelFamily):
 
         if problem.dtype not in DTYPES:
             raise NotApplicable(f"dtype {problem.dtype}: the kernel takes {', '.join(DTYPES)}")
-        masks_keys_by_row = problem.bias_dims is not None and problem.bias_dims[2] > 1
-        order = [(*tile, True) for tile in SKIPPING if masks_keys_by_row] + [(*tile, False) for tile in TILE_ORDER]
-        pool = [tile for tile in (AttentionTile(bm=bm, bn=bn, v_ldmatrix=fast, k_vectors=fast, skip_masked=skip)
-                                  for bm, bn, fast, skip in order)
+        pool = [tile for tile in (AttentionTile(bm=bm, bn=bn, v_ldmatrix=fast, k_vectors=fast)
+                                  for bm, bn, fast in TILE_ORDER)
                 if not tile.fits(problem.d, problem.d_v)]
         if not pool:
             raise NotApplicable(f"no tile takes heads of d={problem.d}, d_v={problem.d_v}")
         return PatientSearch(pool, patience=3, what=f"attention {problem.seq}x{problem.seq_kv}x{problem.d}")
 
     def check_inputs(self, problem: AttentionShape, arrays: list, seed: int) -> list:
-        """Random scores mask nothing, so the second set (the one timed) gets the mask a model
-        has: causal where the bias spans queries and keys (a decoder's), so a tile skip that
-        drops a wrong tile fails the check and one that pays is timed paying; the first set
+        """Random biases mask nothing, so the second set (the one timed) gets the mask a model
+        has: causal where the bias spans queries and keys (a decoder's), so masked scores are
+        checked and a tile skip (skip_masked) that drops a wrong tile fails; the first set
         masks a padding bias's last quarter of keys (BERT's, which its runs mostly leave unmasked)."""
         if problem.bias_dims is None:
             return arrays
