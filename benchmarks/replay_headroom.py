@@ -19,6 +19,7 @@ from pathlib import Path
 
 import click
 import numpy as np
+from replay_heldout import reached  # benchmarks/: seconds to a latency, the same t5 as the fidelity's
 
 # name -> (SearchOptions overrides, candidates a batch or None for tune-op's)
 SETTINGS = {
@@ -33,10 +34,6 @@ SETTINGS = {
     "batch_32": ({}, 32),
 }
 BASELINES = ("random", "evolutionary")
-
-
-def reached(curve: list[dict], target_ms: float, budget_s: float) -> float:
-    return next((p["seconds"] for p in curve if p["best_ms"] is not None and p["best_ms"] <= target_ms), budget_s)
 
 
 def one(job: tuple) -> dict:

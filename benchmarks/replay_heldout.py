@@ -86,8 +86,8 @@ def fidelity(bench_json: Path, folders, agent_path) -> list[dict]:
                         "dataset": data.name, "dataset_points": data.size, "dataset_best_ms": data.best_latency_s * 1e3,
                         "real_best_ms_at_tenths": real, "replay_best_ms_at_tenths": replayed,
                         "mean_abs_log_gap": float(np.mean(gaps)) if gaps else None,
-                        "real_t5_s": _reached(run["curve"], near, run["budget_s"]),
-                        "replay_t5_s": _reached(replay_curve, near, run["budget_s"]),
+                        "real_t5_s": reached(run["curve"], near, run["budget_s"]),
+                        "replay_t5_s": reached(replay_curve, near, run["budget_s"]),
                         "real_final_ms": real[-1], "replay_final_ms": replayed[-1],
                         "real_trials": run["trials"], "replay_trials": env.trials})
     return out
@@ -97,9 +97,11 @@ def _min(a: float | None, b: float | None) -> float | None:
     return min((x for x in (a, b) if x is not None), default=None)
 
 
-def _reached(curve: list[dict], target_ms: float, budget_s: float) -> float:
-    """Seconds until the curve's best is at or below `target_ms`; the budget where it never is."""
-    return next((p["seconds"] for p in curve if p["best_ms"] is not None and p["best_ms"] <= target_ms), budget_s)
+def reached(curve: list[dict], target_ms: float, budget_s: float) -> float:
+    """Seconds until the curve's best is at or below `target_ms`; the budget where it never is
+    within it (a batch that ends past the budget does not count)."""
+    return next((p["seconds"] for p in curve if p["best_ms"] is not None and p["best_ms"] <= target_ms
+                 and p["seconds"] <= budget_s), budget_s)
 
 
 def _best_at(curve: list[dict], seconds: float) -> float | None:
