@@ -323,8 +323,7 @@ def template_region(workload, target, budget: TuningBudget, work_dir: Path, *, r
         choice = task_search.search_task(family, problem, mod["main"], name, target, device,
                                          lambda arrays: task_search.task_output(reference, "main", arrays, device),
                                          until=lambda family_stop=family_stop: budget.spent >= family_stop,
-                                         out_of_budget=lambda: budget.exhausted, work_dir=work_dir, earlier=earlier,
-                                         notify=notify)
+                                         work_dir=work_dir, earlier=earlier, notify=notify)
         if choice is not None:
             on_event({"event": "kernel_best", "family": family.name, "task": name, "seconds": choice.seconds,
                       "variant": family.describe(choice.params)})

@@ -116,12 +116,3 @@ def test_the_shared_search_checks_times_records_and_resumes_a_new_family(gemm, l
                         until=lambda: False, work_dir=tmp_path, earlier=rows, notify=events.append)
     assert again.params == choice.params and events == []  # resumed: nothing measured twice
     assert len((tmp_path / FILE_NAME).read_text().splitlines()) == 3
-    # past its slice from the start (the tasks before it ran over): its first right variant all the
-    # same, but nothing once the job's budget is spent
-    for folder, spent, factors in (("late", False, [4]), ("spent", True, [])):
-        (tmp_path / folder).mkdir()
-        late = search_task(family, problem, mod["main"], "gemm", llvm_target, local_device(llvm_target), reference,
-                           until=lambda: True, out_of_budget=lambda spent=spent: spent, work_dir=tmp_path / folder,
-                           earlier=[])
-        assert [r["factor"] for r in read_rows(tmp_path / folder)] == factors
-        assert (late.params.factor if late else None) == (factors[0] if factors else None)

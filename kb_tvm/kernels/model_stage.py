@@ -48,8 +48,7 @@ def search_kernels(tasks, untuned, target, *, precision: str | None, budget, wor
         choice = search_task(family, problem, func, name, target, device,
                              lambda arrays, name=name: task_output(library, name, arrays, device),
                              until=lambda task_stop=task_stop: budget.spent >= task_stop, work_dir=work_dir,
-                             earlier=earlier, constants=constants.get(name, frozenset()),
-                             out_of_budget=lambda: budget.exhausted, notify=notify)
+                             earlier=earlier, constants=constants.get(name, frozenset()), notify=notify)
         if choice is not None and (name not in out or choice.seconds < out[name].seconds):
             out[name] = choice
             notify({"event": "kernel_best", "family": family.name, "task": name, "seconds": choice.seconds,
