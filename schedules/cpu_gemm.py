@@ -108,8 +108,8 @@ def schedule(func, tile: CpuGemmTile, b_layout: str):
         sch.pad_einsum(gemm, [1, tile.cols, 1])
         sch.compute_inline(sch.get_sblock("D_pad"))  # the epilogue reads the padded sums
         b_name = "B_pad"
-    # the epilogue stores fewer columns than the sums have where B came padded (or was padded here)
-    padded = padded or int(sch.get(epilogue).iter_vars[1].dom.extent) != n
+    # the epilogue stores fewer columns than the sums have where B is padded, here or at build
+    narrow_epilogue = padded or int(sch.get(epilogue).iter_vars[1].dom.extent) != n
     i, j, k = sch.get_loops(gemm)
     i_outer, i_inner = sch.split(i, [None, tile.rows])
     j_outer, j_inner = sch.split(j, [None, tile.cols])
@@ -120,7 +120,7 @@ def schedule(func, tile: CpuGemmTile, b_layout: str):
     sch.vectorize(j_inner)
     sch.decompose_reduction(gemm, k)
     sch.reverse_compute_at(epilogue, blocks)
-    if not padded:  # a padded block's epilogue stores only the columns below N: not one vector
+    if not narrow_epilogue:  # a padded block's epilogue stores only the columns below N: not one vector
         sch.vectorize(sch.get_loops(epilogue)[-1])
     if tile.pack_b:  # padded: B_pad, which pad_einsum made, copies B into its panels on each call
         take_packed(sch, gemm, b_name, panels(b_layout, tile.cols), prepacked=tile.prepacked,

@@ -36,6 +36,10 @@ class GemmProblem:
         """The shape, for a kernels.jsonl row."""
         return {"m": self.m, "n": self.n, "k": self.k, "batch": self.batch, "dtype": self.dtype}
 
+    def padded_b_shape(self, columns: int) -> tuple[int, int]:
+        """B (one for all rows) as a kernel takes it with its columns padded to `columns`."""
+        return (self.k, columns) if self.b_layout == "kn" else (columns, self.k)
+
     @property
     def gemm_shapes(self) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
         """A, B and C as the kernels take them: 2-D, a batch's matrices one after the other."""
@@ -168,7 +172,7 @@ def _plain_gemm(p: GemmProblem, epilogue, k_splits: int = 1, b_columns: int | No
         if p.b_batched or b_columns < n:
             raise ValueError(f"b_columns={b_columns!r}: at least n={n}, with one B for all rows")
         sums = b_columns
-        b_shape = (k, sums) if kn else (sums, k)
+        b_shape = p.padded_b_shape(sums)
     splits = k_splits
 
     def b_at(B, r, j, kk):

@@ -74,9 +74,8 @@ class CpuGemm(CpuFamily):
         shapes, packs = problem.kernel_shapes(), ()
         if params.prepacked:
             b = problem.gemm_inputs[1]
-            b_shape = p.gemm_shapes[1]
-            padded = None if columns is None else (p.k, columns) if p.b_layout == "kn" else (columns, p.k)
-            pack = packing(b_shape, panels(p.b_layout, params.cols), padded=padded)
+            padded = None if columns is None else p.padded_b_shape(columns)
+            pack = packing(p.gemm_shapes[1], panels(p.b_layout, params.cols), padded=padded)
             shapes[b] = tuple(int(d) for d in pack.params[1].ty.shape)  # B's panels (a batch's one after another)
             packs = ((b, pack),)
         return ExternKernel(task=task, symbol=symbol, func=func.with_attr("global_symbol", symbol),
