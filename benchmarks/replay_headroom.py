@@ -14,12 +14,11 @@ an upper bound on what choosing settings per task can buy.
 from __future__ import annotations
 
 import json
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import click
 import numpy as np
-from replay_heldout import reached  # benchmarks/: seconds to a latency, the same t5 as the fidelity's
+from common import reached, run_in_pool  # benchmarks/common.py: the same t5 as the fidelity's
 
 # name -> (SearchOptions overrides, candidates a batch or None for tune-op's)
 SETTINGS = {
@@ -99,12 +98,8 @@ def main(datasets, budget_s, seeds, names, jobs, out) -> None:
         raise click.BadParameter(f"{unknown or 'rules missing'}: settings are {', '.join([*SETTINGS, *BASELINES])}, "
                                  "the rules among them", param_hint="--settings")
     jobs_list = [(path, name, seed, budget_s) for path in datasets for name in chosen for seed in range(seeds)]
-    rows = []
-    with ProcessPoolExecutor(jobs) as pool:
-        for row in pool.map(one, jobs_list):
-            rows.append(row)
-            click.echo(f"{row['dataset']:40s} {row['setting']:22s} seed {row['seed']} t5 {row['t5_s']:6.1f} s "
-                       f"final/best {row['final_over_best'] or float('nan'):.3f}")
+    rows = run_in_pool(one, jobs_list, jobs, lambda row: f"{row['dataset']:40s} {row['setting']:22s} seed "
+                       f"{row['seed']} t5 {row['t5_s']:6.1f} s final/best {row['final_over_best'] or float('nan'):.3f}")
     report = {"command": "python benchmarks/replay_headroom.py " + " ".join(datasets)
               + f" --budget {budget_s:g} --seeds {seeds} --settings {names}", "runs": rows,
               **summarize(rows, budget_s)}

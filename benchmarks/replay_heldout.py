@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import json
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import click
 import numpy as np
+from common import reached, run_in_pool  # benchmarks/common.py
 
 from kb_tvm import parse_budget
 
@@ -70,8 +70,10 @@ def fidelity(bench_json: Path, folders, agent_path) -> list[dict]:
             # a kernel family's variant the real run measured first (tune-op's), outside the dataset's
             # space: the replayed search gets it as the bar it searched under, and its curve starts there
             family_ms = (run.get("template") or {}).get("ms") if policy == "rules" else None
-            replay_policy = (agent_policy(agent_path) if policy == "agent"
-                             else POLICIES[policy](outside_best_s=family_ms * 1e-3) if family_ms else POLICIES[policy]())
+            if policy == "agent":
+                replay_policy = agent_policy(agent_path)
+            else:
+                replay_policy = POLICIES[policy](**({"outside_best_s": family_ms * 1e-3} if family_ms else {}))
             replay_policy.run(env, seed=0)
             grid = [run["budget_s"] * q / 10 for q in range(1, 11)]
             real = [_best_at(run["curve"], t) for t in grid]
@@ -95,13 +97,6 @@ def fidelity(bench_json: Path, folders, agent_path) -> list[dict]:
 
 def _min(a: float | None, b: float | None) -> float | None:
     return min((x for x in (a, b) if x is not None), default=None)
-
-
-def reached(curve: list[dict], target_ms: float, budget_s: float) -> float:
-    """Seconds until the curve's best is at or below `target_ms`; the budget where it never is
-    within it (a batch that ends past the budget does not count)."""
-    return next((p["seconds"] for p in curve if p["best_ms"] is not None and p["best_ms"] <= target_ms
-                 and p["seconds"] <= budget_s), budget_s)
 
 
 def _best_at(curve: list[dict], seconds: float) -> float | None:
@@ -150,12 +145,8 @@ def main(folders, every, training, policies, agent_path, budget, seeds, jobs, re
     entries = [e for e in catalog.entries(folders) if every or (not e.held_out if training else e.held_out)]
     jobs_list = [(str(e.path), p, s, parse_budget(budget), agent_path)
                  for e in entries for p in policies.split(",") for s in range(seeds)]
-    rows = []
-    with ProcessPoolExecutor(jobs) as pool:
-        for row in pool.map(_one, jobs_list):
-            rows.append(row)
-            click.echo(f"{row['dataset']:60s} {row['policy']:12s} seed {row['seed']} auc {row['auc']:.4f} "
-                       f"({row['replay_wall_s']:.1f}s)")
+    rows = run_in_pool(_one, jobs_list, jobs, lambda row: f"{row['dataset']:60s} {row['policy']:12s} seed "
+                       f"{row['seed']} auc {row['auc']:.4f} ({row['replay_wall_s']:.1f}s)")
     report = {"command": "python benchmarks/replay_heldout.py " + " ".join(
         [*(f"--datasets {f}" for f in folders), *(["--all"] if every else []), *(["--training"] if training else []),
          f"--policies {policies}",
