@@ -143,6 +143,39 @@ def test_the_stage_splits_its_seconds_by_model_time_and_what_a_task_leaves_goes_
     assert slice_end(35.0, end, times["scores"], 0.01) == end  # the last task: all that is left
 
 
+def test_every_task_gets_its_first_variant_before_a_hot_task_overruns_its_slice():
+    from types import SimpleNamespace
+
+    from kb_tvm.kernels.model_stage import run_stage
+
+    # a 10-s stage: the hot task's variants take 4 s each (builds), the cold one's 1 s; the hot
+    # task's slice (90%) ends at 9 s, its third variant at 12 s, past the stage's end
+    now = [0.0]
+    cost = {"hot": 4.0, "cold": 1.0}
+    measured = {"hot": [], "cold": []}
+
+    def search_one(entry, until, first_right_only, earlier):
+        name = entry[0]
+        done = [r for r in earlier if r[0] == name]  # resumed, not measured again
+        best = min((s for _, s in done), default=None)
+        while not until() and not (first_right_only and best is not None) and len(done) < 6:
+            now[0] += cost[name]
+            seconds = 1.0 / (len(done) + 1)  # each variant faster than the last
+            done.append((name, seconds))
+            measured[name].append(seconds)
+            best = seconds if best is None else min(best, seconds)
+        return None if best is None else SimpleNamespace(seconds=best)
+
+    rows = lambda: [(n, s) for n in measured for s in measured[n]]
+    out = run_stage([("hot",), ("cold",)], {"hot": 0.9, "cold": 0.1}, 10.0, lambda: now[0], search_one, rows)
+    assert set(out) == {"hot", "cold"}  # the cold task has a variant although the hot one overran
+    assert len(measured["cold"]) >= 1 and len(measured["hot"]) >= 2  # none measured twice, the hot one more
+    assert out["hot"].seconds == min(measured["hot"])
+    # a stage already over: nothing measured, nothing chosen
+    measured = {"hot": [], "cold": []}
+    assert run_stage([("hot",), ("cold",)], {"hot": 0.9, "cold": 0.1}, 0.0, lambda: now[0], search_one, rows) == {}
+
+
 def test_the_hopper_stage_serves_half_precision_on_sm90_only():
     import tvm
 

@@ -116,3 +116,8 @@ def test_the_shared_search_checks_times_records_and_resumes_a_new_family(gemm, l
                         until=lambda: False, work_dir=tmp_path, earlier=rows, notify=events.append)
     assert again.params == choice.params and events == []  # resumed: nothing measured twice
     assert len((tmp_path / FILE_NAME).read_text().splitlines()) == 3
+    # a stage's first pass: the first variant that runs right, then the next task
+    (tmp_path / "first").mkdir()
+    first = search_task(family, problem, mod["main"], "gemm", llvm_target, local_device(llvm_target), reference,
+                        until=lambda: False, work_dir=tmp_path / "first", earlier=[], first_right_only=True)
+    assert [r["factor"] for r in read_rows(tmp_path / "first")] == [4] and first.params.factor == 4

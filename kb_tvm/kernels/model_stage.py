@@ -16,7 +16,8 @@ def search_kernels(tasks, untuned, target, *, precision: str | None, budget, wor
                    share: float = SHARE_OF_BUDGET, notify=lambda event: None) -> dict[str, KernelChoice]:
     """The best right variant per task some family computes (of every family that serves `target`
     and `precision`), within `share` of what is left of `budget` (a started TuningBudget), split
-    among the tasks by their model time, hottest first (`slice_end`), on this machine's device.
+    among the tasks by their model time, hottest first (`slice_end`), after a first pass that gives
+    each task its first right variant, on this machine's device.
     `untuned`: the untuned executable, whose kernels are the reference: every variant is run on
     the same activation-like inputs and compared before it is timed (a wrong one is never
     chosen). Every measured variant is a row of the work dir's kernels.jsonl, which `--resume`
@@ -25,11 +26,9 @@ def search_kernels(tasks, untuned, target, *, precision: str | None, budget, wor
     families = applicable(target, precision)
     if not families:
         return {}
-    earlier = read_rows(work_dir)
     stop_at = budget.spent + share * budget.remaining
     device = local_device(target)
     library = untuned.mod.imports[0]
-    out: dict[str, KernelChoice] = {}
     model_time = {str(t.task_name): float(t.weight) * default_latency[str(t.task_name)] for t in tasks}
     matched = []  # (task, its PrimFunc, family, problem), hottest task first
     for task in sorted(tasks, key=lambda t: -model_time[str(t.task_name)]):
@@ -43,16 +42,44 @@ def search_kernels(tasks, untuned, target, *, precision: str | None, budget, wor
     # a task two families compute shares its model time between their searches
     families_of = {name: sum(n == name for n, *_ in matched) for name, *_ in matched}
     weight = {name: model_time[name] / families_of[name] for name in families_of}
-    for i, (name, func, family, problem) in enumerate(matched):
-        task_stop = slice_end(budget.spent, stop_at, weight[name], sum(weight[n] for n, *_ in matched[i:]))
-        choice = search_task(family, problem, func, name, target, device,
-                             lambda arrays, name=name: task_output(library, name, arrays, device),
-                             until=lambda task_stop=task_stop: budget.spent >= task_stop, work_dir=work_dir,
-                             earlier=earlier, constants=constants.get(name, frozenset()), notify=notify)
-        if choice is not None and (name not in out or choice.seconds < out[name].seconds):
-            out[name] = choice
-            notify({"event": "kernel_best", "family": family.name, "task": name, "seconds": choice.seconds,
-                    "variant": family.describe(choice.params), "default_s": default_latency[name]})
+
+    def search_one(entry, until, first_right_only, earlier):
+        name, func, family, problem = entry
+        return search_task(family, problem, func, name, target, device,
+                           lambda arrays: task_output(library, name, arrays, device), until=until,
+                           work_dir=work_dir, earlier=earlier, constants=constants.get(name, frozenset()),
+                           first_right_only=first_right_only, notify=notify)
+
+    out = run_stage(matched, weight, stop_at, lambda: budget.spent, search_one, lambda: read_rows(work_dir))
+    for name, choice in sorted(out.items()):
+        notify({"event": "kernel_best", "family": choice.family.name, "task": name, "seconds": choice.seconds,
+                "variant": choice.family.describe(choice.params), "default_s": default_latency[name]})
+    return out
+
+
+def run_stage(matched: list[tuple], weight: dict[str, float], stop_at: float, clock, search_one,
+              rows) -> dict:
+    """Two passes over `matched` ((task name, ...), hottest first): each task's first right
+    variant, all within the stage's seconds (`stop_at` on `clock()`), then each task's slice of
+    what is left (`slice_end`). Without the first pass a hot task's variants that run over its
+    slice take the slices of the tasks after it, and the last ones get none.
+    `search_one(entry, until, first_right_only, earlier)` searches one task (task_search.search_task),
+    resuming `rows()` measured before. The best choice per task name."""
+    out: dict = {}
+    searched = matched
+    for first_pass in (True, False):
+        earlier = rows()  # the second pass resumes the first
+        found = []
+        for i, entry in enumerate(searched):
+            name = entry[0]
+            task_stop = stop_at if first_pass else slice_end(
+                clock(), stop_at, weight[name], sum(weight[e[0]] for e in searched[i:]))
+            choice = search_one(entry, lambda task_stop=task_stop: clock() >= task_stop, first_pass, earlier)
+            if choice is not None:
+                found.append(entry)
+                if name not in out or choice.seconds < out[name].seconds:
+                    out[name] = choice
+        searched = found  # a task with no right variant by the stage's end gets none later
     return out
 
 

@@ -62,9 +62,9 @@ def read_rows(work_dir: Path) -> list[dict]:
 
 def search_task(family: KernelFamily, problem, func, name: str, target, device, reference, *, until,
                 work_dir: Path, earlier: list[dict], constants: frozenset[int] = frozenset(),
-                notify=lambda event: None) -> KernelChoice | None:
+                first_right_only: bool = False, notify=lambda event: None) -> KernelChoice | None:
     """The family's variant search for task `name` (`func`: its PrimFunc) until `until()` or until
-    it stops itself: each variant built, compared with `reference(arrays)` (the task's output on those arrays) on two
+    it stops itself (with `first_right_only`, once some variant ran right): each variant built, compared with `reference(arrays)` (the task's output on those arrays) on two
     input sets, then timed, and appended to the work dir's kernels.jsonl. Variants measured before
     (`earlier`, that file's rows) are not measured again. `constants`: the task's inputs a model
     holds constant (`KernelFamily.variants`). None when the family admits no variant of this
@@ -84,7 +84,7 @@ def search_task(family: KernelFamily, problem, func, name: str, target, device, 
     inputs = [family.check_inputs(problem, task_inputs(list(func.params), seed), seed) for seed in (0, 1)]
     references = [reference(arrays) for arrays in inputs]
     with (Path(work_dir) / FILE_NAME).open("a") as log:
-        while not until() and (params := search.ask()) is not None:
+        while not until() and not (first_right_only and search.best) and (params := search.ask()) is not None:
             row = _measure(family, problem, params, target, device, inputs, references, name)
             search.tell(params, row["seconds"])
             log.write(json.dumps(row) + "\n")
