@@ -16,24 +16,26 @@ import click
 import numpy as np
 
 SHAPES = {
-    # name: heads, seq, d, bias ("causal", "none", "rows": some rows all -inf), dtype, out_dtype
-    "llama-seq512": (32, 512, 64, "causal", "float16", "float16"),
-    "gpt2-seq128": (12, 128, 64, "causal", "float16", "float16"),
-    "vit-seq197": (12, 197, 64, "none", "float16", "float16"),
-    "bert-seq128-padding": (12, 128, 64, "padding", "float16", "float16"),  # scaled by 1/8 in fp16
-    "masked-rows-bf16-d128": (4, 80, 128, "rows", "bfloat16", "float32"),
+    # name: heads, seq, d, bias ("causal", "none", "rows": some rows all -inf), dtype, out_dtype,
+    # query heads per K/V head
+    "llama-seq512-gqa": (32, 512, 64, "causal", "float16", "float16", 8),  # TinyLlama's 4 K/V heads
+    "llama-seq512": (32, 512, 64, "causal", "float16", "float16", 1),
+    "gpt2-seq128": (12, 128, 64, "causal", "float16", "float16", 1),
+    "vit-seq197": (12, 197, 64, "none", "float16", "float16", 1),
+    "bert-seq128-padding": (12, 128, 64, "padding", "float16", "float16", 1),  # scaled by 1/8 in fp16
+    "masked-rows-bf16-d128": (4, 80, 128, "rows", "bfloat16", "float32", 1),
 }
 TARGET = {"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024, "max_shared_memory_per_block": 49152,
           "thread_warp_size": 32, "registers_per_block": 65536, "host": {"kind": "llvm"}}
 
 
-def problem(heads, seq, d, bias, dtype, out_dtype):
+def problem(heads, seq, d, bias, dtype, out_dtype, kv_group):
     from kb_tvm.kernels.attention import AttentionShape
 
     bias_dims = None if bias == "none" else (1, 1, 1, seq) if bias == "padding" else (1, 1, seq, seq)
     return AttentionShape(batch=1, heads=heads, seq=seq, seq_kv=seq, d=d, d_v=d, dtype=dtype, out_dtype=out_dtype,
                           bias_dims=bias_dims, round_scores=True, nan_to_zero=bias != "padding",
-                          scale=0.125 if bias == "padding" else 1.0)
+                          scale=0.125 if bias == "padding" else 1.0, kv_group=kv_group)
 
 
 def inputs(p, bias: str, seed: int = 0) -> list[np.ndarray]:
@@ -42,8 +44,9 @@ def inputs(p, bias: str, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     np_dtype = "bfloat16" if p.dtype == "bfloat16" else p.dtype
     q = rng.uniform(-1, 1, (1, p.heads, p.seq, p.d)).astype(np_dtype)
-    k_t = rng.uniform(-1, 1, (1, p.heads, p.d, p.seq_kv)).astype(np_dtype)
-    v = rng.uniform(-1, 1, (1, p.heads, p.seq_kv, p.d_v)).astype(np_dtype)
+    kv_heads = p.heads // p.kv_group
+    k_t = rng.uniform(-1, 1, (1, kv_heads, p.d, p.seq_kv)).astype(np_dtype)
+    v = rng.uniform(-1, 1, (1, kv_heads, p.seq_kv, p.d_v)).astype(np_dtype)
     arrays = [q, k_t, v]
     if bias != "none":
         b = np.zeros((1, 1, p.seq, p.seq_kv), "float32")
@@ -60,6 +63,7 @@ def inputs(p, bias: str, seed: int = 0) -> list[np.ndarray]:
 
 def numpy_reference(p, arrays) -> np.ndarray:
     q, k_t, v = (a.astype(np.float64) for a in arrays[:3])
+    k_t, v = (np.repeat(x, p.kv_group, axis=1) for x in (k_t, v))  # each K/V head serves kv_group heads
     s = (q @ k_t).astype(p.dtype)  # the model rounds the scores to its dtype, then scales them in it
     s = (s * np.array(p.scale, p.dtype)).astype(np.float64)
     if len(arrays) > 3:
@@ -74,7 +78,8 @@ def numpy_reference(p, arrays) -> np.ndarray:
 @click.command()
 @click.option("--out", "out_path", required=True)
 @click.option("--shape", "names", multiple=True, help="Of SHAPES (default: all).")
-def main(out_path: str, names: tuple[str, ...]) -> None:
+@click.option("--with-skip", is_flag=True, help="Also the tiles that skip masked key tiles (not searched).")
+def main(out_path: str, names: tuple[str, ...], with_skip: bool) -> None:
     import torch
     import tvm
     from tvm import te
@@ -91,11 +96,12 @@ def main(out_path: str, names: tuple[str, ...]) -> None:
     device = tvm.cuda(0)
     results = []
     for name in names or SHAPES:
-        heads, seq, d, bias, dtype, out_dtype = SHAPES[name]
-        p = problem(heads, seq, d, bias, dtype, out_dtype)
+        heads, seq, d, bias, dtype, out_dtype, kv_group = SHAPES[name]
+        p = problem(heads, seq, d, bias, dtype, out_dtype, kv_group)
         arrays = inputs(p, bias)
         expected = numpy_reference(p, arrays)
-        row = {"shape": name, "heads": heads, "seq": seq, "d": d, "bias": bias, "dtype": dtype, "tiles": []}
+        row = {"shape": name, "heads": heads, "kv_group": kv_group, "seq": seq, "d": d, "bias": bias, "dtype": dtype,
+               "tiles": []}
         # the task's default build: dlight's schedules of kb_attention's TIR
         placeholders = [te.placeholder(a.shape, str(a.dtype), f"x{i}") for i, a in enumerate(arrays)]
         out = attention_te(*placeholders[:3], placeholders[3] if len(placeholders) > 3 else None, p)
@@ -113,7 +119,7 @@ def main(out_path: str, names: tuple[str, ...]) -> None:
         from kb_tvm.schedules.flash_attention import AttentionTile
 
         # the family's tiles, and the skip of masked key tiles (not searched), which only real masks exercise
-        skips = [AttentionTile(bm=bm, bn=64, skip_masked=True) for bm in (64, 128)] if bias != "none" else []
+        skips = [AttentionTile(bm=bm, bn=64, skip_masked=True) for bm in (64, 128)] if with_skip and bias != "none" else []
         for tile in [*FAMILY.variants(p, target).pool, *skips]:
             entry = {"tile": tile.describe()}
             kernel = FAMILY.build(p, tile, target, "check")
@@ -144,8 +150,10 @@ def main(out_path: str, names: tuple[str, ...]) -> None:
 
         def sdpa():
             if is_causal:
-                return torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=True, scale=scale)
-            return torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=mask, scale=scale)
+                return torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=True, scale=scale,
+                                                                        enable_gqa=kv_group > 1)
+            return torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=mask, scale=scale,
+                                                                    enable_gqa=kv_group > 1)
 
         for _ in range(10):
             sdpa()

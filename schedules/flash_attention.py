@@ -11,7 +11,8 @@ written) and multiplies the probabilities, still in registers (the scores' accum
 the next mma's A-operand layout), by V's tile. A row whose scores are all -inf gives 0 where the
 model asked for that (`nan_to_zero`: the exports' isnan guard), NaN otherwise, as softmax does.
 
-Kᵀ is read as the model holds it, [d, seq_kv] per head, and transposed into shared memory; the
+Kᵀ is read as the model holds it, [d, seq_kv] per head, and transposed into shared memory (with
+grouped-query attention, `kv_group` query heads read one K/V head: no repeated copy is made); the
 bias (a causal or padding mask, any additive one) is read per score, broadcast over the axes
 where its dim is 1. Written as CUDA in a TIRx shell (the shell declares the launch and the shared
 memory, the body is one device function), compiled with the GEMM template's kernels.
@@ -95,8 +96,8 @@ class AttentionTile:
 def attention(shape, tile: AttentionTile, symbol: str):
     """The TIRx PrimFunc `symbol`(q, kᵀ, v[, bias], o) for one variant of one attention
     (`shape`: kb_tvm/kernels/attention/rewrite.py's AttentionShape): q [heads * seq, d],
-    kᵀ [heads * d, seq_kv], v [heads * seq_kv, d_v], bias 4-D as the model broadcasts it,
-    o [heads * seq, d_v] (`heads`: batch x heads)."""
+    kᵀ [kv_heads * d, seq_kv], v [kv_heads * seq_kv, d_v], bias 4-D as the model broadcasts it,
+    o [heads * seq, d_v] (`heads`: batch x heads; kv_heads: heads / kv_group)."""
     from tvm.script import tirx as T
 
     if shape.dtype not in DTYPES:
@@ -113,8 +114,9 @@ def attention(shape, tile: AttentionTile, symbol: str):
     name = f"{symbol}_body"
     source = device_source(shape, tile, name)
     dtype, out_dtype = shape.dtype, shape.out_dtype
-    q_shape, k_shape = (heads * shape.seq, shape.d), (heads * shape.d, shape.seq_kv)
-    v_shape, o_shape = (heads * shape.seq_kv, shape.d_v), (heads * shape.seq, shape.d_v)
+    kv_heads = heads // shape.kv_group
+    q_shape, k_shape = (heads * shape.seq, shape.d), (kv_heads * shape.d, shape.seq_kv)
+    v_shape, o_shape = (kv_heads * shape.seq_kv, shape.d_v), (heads * shape.seq, shape.d_v)
 
     # TVMScript fixes a PrimFunc's parameters in its signature: one shell with a bias, one without
     if shape.bias_dims is not None:
@@ -225,7 +227,7 @@ __device__ __forceinline__ void {name}_mma(float* c, const uint32_t* a, uint32_t
 __device__ __forceinline__ void {name}(const {ctype}* __restrict__ q, const {ctype}* __restrict__ kt,
     const {ctype}* __restrict__ v, {bias_param}{out_ctype}* __restrict__ o, {ctype}* smem) {{
   constexpr int BM = {tile.bm}, BN = {tile.bn}, D = {shape.d}, DV = {shape.d_v};
-  constexpr int S = {shape.seq}, SKV = {shape.seq_kv}, H = {shape.heads};
+  constexpr int S = {shape.seq}, SKV = {shape.seq_kv}, H = {shape.heads}, G = {shape.kv_group};
   constexpr int SB_B = {bias_strides[0]}, SB_H = {bias_strides[1]}, SB_I = {bias_strides[2]};
   constexpr int THREADS = BM / 16 * 32, LD = D + {PAD}, LDV = DV + {PAD};
   constexpr int BLOCKS_M = (S + BM - 1) / BM;
@@ -239,8 +241,8 @@ __device__ __forceinline__ void {name}(const {ctype}* __restrict__ q, const {cty
   {ctype}* Ks = Qs + BM * LD;
   {ctype}* Vs = Ks + BN * LD;
   const {ctype}* qh = q + (size_t)head * S * D;
-  const {ctype}* kh = kt + (size_t)head * D * SKV;
-  const {ctype}* vh = v + (size_t)head * SKV * DV;
+  const {ctype}* kh = kt + (size_t)(head / G) * D * SKV;  // grouped-query: G heads share a K/V head
+  const {ctype}* vh = v + (size_t)(head / G) * SKV * DV;
   for (int i = tid; i < BM * (D / 8); i += THREADS) {{
     const int r = i / (D / 8), c = i % (D / 8) * 8;
     uint4 x = make_uint4(0, 0, 0, 0);

@@ -42,20 +42,24 @@ def attention_funcs(mod) -> list:
     return [func for gv, func in mod.functions.items() if gv.name_hint.startswith("kb_attention")]
 
 
-@pytest.mark.parametrize("name,shapes,layers,bias,guard,scale", [
-    ("llama_tiny.onnx", SEQ, 1, (1, 1, 16, 16), True, 1.0),  # causal and padding mask, isnan guard
-    ("gpt2_tiny.onnx", SEQ, 1, (1, 1, 16, 16), True, 1.0),
-    ("vit_tiny.onnx", {"input": (1, 3, 32, 32)}, 1, None, False, 1.0),  # no mask, 17 tokens
-    ("bert_tiny.onnx", SEQ, 2, (1, 1, 1, 16), False, 0.1767578125),  # padding mask, 1/sqrt(32) in fp16
+@pytest.mark.parametrize("name,shapes,layers,bias,guard,scale,group", [
+    # causal and padding mask, isnan guard; 4 query heads on 2 K/V heads
+    ("llama_tiny.onnx", SEQ, 1, (1, 1, 16, 16), True, 1.0, 2),
+    ("gpt2_tiny.onnx", SEQ, 1, (1, 1, 16, 16), True, 1.0, 1),
+    ("vit_tiny.onnx", {"input": (1, 3, 32, 32)}, 1, None, False, 1.0, 1),  # no mask, 17 tokens
+    ("bert_tiny.onnx", SEQ, 2, (1, 1, 1, 16), False, 0.1767578125, 1),  # padding mask, 1/sqrt(32) in fp16
 ])
-def test_the_shipped_architectures_attention_becomes_one_task_per_layer(name, shapes, layers, bias, guard, scale):
+def test_the_shipped_architectures_attention_becomes_one_task_per_layer(name, shapes, layers, bias, guard, scale,
+                                                                        group):
     _, mod = half_module(name, shapes)
     fused = fuse_attention(mod)
     funcs = attention_funcs(fused)
     assert len(funcs) == 1 and fused["main"].script().count("R.call_tir(kb_attention,") == layers
     shape = AttentionShape.from_attrs(funcs[0].attrs["kb_attention"])
     assert shape.bias_dims == bias and shape.dtype == "float16" and shape.round_scores
-    assert shape.nan_to_zero == guard and shape.scale == scale
+    assert shape.nan_to_zero == guard and shape.scale == scale and shape.kv_group == group
+    # grouped-query: the kernel reads each K/V head once, the repeat of the heads is gone from the graph
+    assert (fused["main"].script().count("R.expand_dims(") < mod["main"].script().count("R.expand_dims(")) == (group > 1)
     assert shape.out_dtype == "float16"  # the cast after the second matmul is the kernel's store
     ops = fused["main"].script()
     assert "R.nn.softmax" not in ops and "R.nn.softmax" in mod["main"].script()
@@ -93,6 +97,8 @@ def test_the_rewritten_model_computes_what_the_model_did(name, llvm_target):
 
 
 def reference(q, k_t, v, bias, dtype="float16", scale=1.0):
+    group = q.shape[1] // k_t.shape[1]  # each K/V head serves this many query heads
+    k_t, v = np.repeat(k_t, group, axis=1), np.repeat(v, group, axis=1)
     s = (q.astype(np.float64) @ k_t.astype(np.float64)).astype(dtype)
     s = (s * np.array(scale, dtype)).astype(np.float64)
     s = s + bias if bias is not None else s
@@ -102,25 +108,27 @@ def reference(q, k_t, v, bias, dtype="float16", scale=1.0):
     return np.where(np.isnan(p), 0.0, p).astype(dtype).astype(np.float64) @ v.astype(np.float64)
 
 
-def test_the_attention_reference_is_softmax_of_the_biased_scores_times_v_with_masked_rows_zero(llvm_target):
+@pytest.mark.parametrize("heads,group", [(3, 1), (6, 3)])  # (6, 3): 6 query heads on 2 K/V heads
+def test_the_attention_reference_is_softmax_of_the_biased_scores_times_v_with_masked_rows_zero(heads, group,
+                                                                                               llvm_target):
     import tvm
     from tvm import te
 
     from kb_tvm.kernels.attention.rewrite import attention_te
 
-    shape = AttentionShape(batch=2, heads=3, seq=20, seq_kv=24, d=16, d_v=32, dtype="float16",
-                           out_dtype="float32", bias_dims=(1, 3, 20, 24), round_scores=True, nan_to_zero=True,
-                           scale=0.125)
+    shape = AttentionShape(batch=2, heads=heads, seq=20, seq_kv=24, d=16, d_v=32, dtype="float16",
+                           out_dtype="float32", bias_dims=(1, heads, 20, 24), round_scores=True, nan_to_zero=True,
+                           scale=0.125, kv_group=group)
     rng = np.random.default_rng(0)
-    q = rng.uniform(-1, 1, (2, 3, 20, 16)).astype("float16")
-    k_t = rng.uniform(-1, 1, (2, 3, 16, 24)).astype("float16")
-    v = rng.uniform(-1, 1, (2, 3, 24, 32)).astype("float16")
-    bias = np.where(rng.uniform(size=(1, 3, 20, 24)) < 0.3, -np.inf, 0).astype("float32")
+    q = rng.uniform(-1, 1, (2, heads, 20, 16)).astype("float16")
+    k_t = rng.uniform(-1, 1, (2, heads // group, 16, 24)).astype("float16")
+    v = rng.uniform(-1, 1, (2, heads // group, 24, 32)).astype("float16")
+    bias = np.where(rng.uniform(size=(1, heads, 20, 24)) < 0.3, -np.inf, 0).astype("float32")
     bias[0, 1, 5, :] = -np.inf  # one row masked whole: 0, not NaN
     x = [te.placeholder(a.shape, str(a.dtype)) for a in (q, k_t, v, bias)]
     func = te.create_prim_func([*x, attention_te(*x, shape)])
     lib = tvm.compile(tvm.IRModule({"main": func}), target=llvm_target)
-    args = [tvm.runtime.tensor(a) for a in (q, k_t, v, bias)] + [tvm.runtime.empty((2, 3, 20, 32), "float32")]
+    args = [tvm.runtime.tensor(a) for a in (q, k_t, v, bias)] + [tvm.runtime.empty((2, heads, 20, 32), "float32")]
     lib["main"](*args)
     got, expected = args[-1].numpy(), reference(q, k_t, v, bias, scale=0.125)
     assert np.all(got[:, 1, 5] == 0) and np.isfinite(got).all()
@@ -142,6 +150,7 @@ def test_the_family_reads_the_task_and_refuses_others():
     problem = FAMILY.match(tasks["kb_attention"].dispatched[0], target)
     assert (problem.heads, problem.seq, problem.seq_kv, problem.d, problem.bias_dims) == (4, 16, 16, 16,
                                                                                         (1, 1, 16, 16))
+    assert problem.kv_group == 2  # 4 query heads on 2 K/V heads
     with pytest.raises(NotApplicable, match="not an attention task"):
         FAMILY.match(get_workload("gemm-4096-fp16").module(), target)
     pool = FAMILY.variants(problem, target).pool
@@ -149,8 +158,9 @@ def test_the_family_reads_the_task_and_refuses_others():
     assert AttentionTile(bm=64, bn=64, v_ldmatrix=False, k_vectors=False) in pool  # plain reads beside vector ones
     assert not any(tile.skip_masked for tile in pool)  # right on the H200, but slower on every mask
     kernel = FAMILY.build(problem, pool[0], target, "kb_attention")
-    # the kernel takes each head's matrices one after the other, the bias as the model broadcasts it
-    assert kernel.shapes == ((64, 16), (64, 16), (64, 16), (1, 1, 16, 16), (64, 16)) and kernel.arch == "sm_90a"
+    # the kernel takes each head's matrices one after the other (K and V: each K/V head's once), the
+    # bias as the model broadcasts it
+    assert kernel.shapes == ((64, 16), (32, 16), (32, 16), (1, 1, 16, 16), (64, 16)) and kernel.arch == "sm_90a"
     assert FAMILY.from_record(FAMILY.record(pool[1])) == pool[1]
 
 
@@ -181,16 +191,16 @@ def test_tiles_name_what_they_break():
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (CUDA's ptxas), not a GPU")
-@pytest.mark.parametrize("bias,dtype,out_dtype,d", [((1, 1, 197, 197), "float16", "float16", 64),
-                                                    (None, "bfloat16", "float32", 128)])
-def test_ptxas_assembles_every_tile_without_spills(bias, dtype, out_dtype, d, tmp_path):
+@pytest.mark.parametrize("bias,dtype,out_dtype,d,group", [((1, 1, 197, 197), "float16", "float16", 64, 4),
+                                                          (None, "bfloat16", "float32", 128, 1)])
+def test_ptxas_assembles_every_tile_without_spills(bias, dtype, out_dtype, d, group, tmp_path):
     import tvm
 
     from kb_tvm.kernels.extern import compile_kernels
 
     target = tvm.target.Target(HOPPER)
     problem = AttentionShape(batch=1, heads=12, seq=197, seq_kv=197, d=d, d_v=d, dtype=dtype, out_dtype=out_dtype,
-                             bias_dims=bias, round_scores=True, nan_to_zero=True)
+                             bias_dims=bias, round_scores=True, nan_to_zero=True, kv_group=group)
     tiles = [*FAMILY.variants(problem, target).pool, AttentionTile(bm=128, bn=64, skip_masked=True)]
     kernels = [FAMILY.build(problem, tile, target, f"t{i}") for i, tile in enumerate(tiles)]
     source = tmp_path / "k.cu"  # all tiles in one file: one nvcc run

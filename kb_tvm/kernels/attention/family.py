@@ -77,7 +77,8 @@ class FlashAttention(KernelFamily):
         symbol = f"kb_attention_{task}"
         p = problem
         heads = p.batch * p.heads
-        shapes = [(heads * p.seq, p.d), (heads * p.d, p.seq_kv), (heads * p.seq_kv, p.d_v)]
+        kv_heads = heads // p.kv_group
+        shapes = [(heads * p.seq, p.d), (kv_heads * p.d, p.seq_kv), (kv_heads * p.seq_kv, p.d_v)]
         if p.bias_dims is not None:
             shapes.append(tuple(p.bias_dims))
         shapes.append((heads * p.seq, p.d_v))
@@ -98,7 +99,7 @@ class FlashAttention(KernelFamily):
 
     def problem_record(self, problem: AttentionShape) -> dict:
         return {"seq": problem.seq, "seq_kv": problem.seq_kv, "d": problem.d, "heads": problem.batch * problem.heads,
-                "dtype": problem.dtype}
+                "kv_group": problem.kv_group, "dtype": problem.dtype}
 
 
 FAMILY = FlashAttention()

@@ -11,7 +11,9 @@ What is matched, from the second matmul back (optional steps in brackets):
     o = matmul(astype(p, half), v, fp32)  [astype half]
 
 q, kᵀ and v are [.., seq, d], [.., d, seq_kv] and [.., seq_kv, d_v] with the same leading axes
-(the heads); the bias (the mask: causal, padding) broadcasts to the scores. The exports of
+(the heads), or kᵀ and v each a repeat of fewer heads (grouped-query attention as transformers
+writes it, repeat_kv: expand_dims, broadcast_to, reshape; then on kᵀ its transpose and a scalar
+scale), which the kernel reads unrepeated; the bias (the mask: causal, padding) broadcasts to the scores. The exports of
 transformers' Llama, GPT-2 and BERT and torchvision's ViT import as this; anything else is left as it
 was, and so is an attention whose heads no tile of the kernel takes (d not a multiple of 16). The
 rewrite keeps every op's order and rounding, so the untuned build computes what it
@@ -46,12 +48,16 @@ class AttentionShape:
     # the scores times this before the bias (BERT's 1/sqrt(d)): in `dtype` after the rounding where
     # round_scores, else in fp32
     scale: float = 1.0
+    # query heads a K/V head serves (grouped-query attention: `heads` // kv_group K and V heads,
+    # query head h reading K/V head h // kv_group)
+    kv_group: int = 1
 
     def attrs(self) -> dict:
         return {"batch": self.batch, "heads": self.heads, "seq": self.seq, "seq_kv": self.seq_kv, "d": self.d,
                 "d_v": self.d_v, "dtype": self.dtype, "out_dtype": self.out_dtype,
                 "bias_dims": list(self.bias_dims) if self.bias_dims is not None else [],
-                "round_scores": int(self.round_scores), "nan_to_zero": int(self.nan_to_zero), "scale": self.scale}
+                "round_scores": int(self.round_scores), "nan_to_zero": int(self.nan_to_zero), "scale": self.scale,
+                "kv_group": self.kv_group}
 
     @classmethod
     def from_attrs(cls, attrs) -> "AttentionShape":
@@ -60,19 +66,20 @@ class AttentionShape:
                    seq_kv=int(attrs["seq_kv"]), d=int(attrs["d"]), d_v=int(attrs["d_v"]),
                    dtype=str(attrs["dtype"]), out_dtype=str(attrs["out_dtype"]),
                    bias_dims=tuple(bias) if bias else None, round_scores=bool(int(attrs["round_scores"])),
-                   nan_to_zero=bool(int(attrs["nan_to_zero"])), scale=float(attrs["scale"]))
+                   nan_to_zero=bool(int(attrs["nan_to_zero"])), scale=float(attrs["scale"]),
+                   kv_group=int(attrs["kv_group"]) if "kv_group" in attrs else 1)
 
 
 def attention_te(q, k_t, v, bias, shape: AttentionShape):
-    """The computation, in TE, on 4-D q [B, H, S, D], kᵀ [B, H, D, Skv], v [B, H, Skv, Dv] and bias
-    [b, h, s, Skv] (dims of 1 broadcast): the reference the family's kernels are checked against,
+    """The computation, in TE, on 4-D q [B, H, S, D], kᵀ [B, H/G, D, Skv], v [B, H/G, Skv, Dv] (G:
+    kv_group) and bias [b, h, s, Skv] (dims of 1 broadcast): the reference the family's kernels are checked against,
     and what MetaSchedule schedules where no kernel is chosen."""
     from tvm import te, tirx, topi
 
-    f32 = "float32"
+    f32, g = "float32", shape.kv_group
     d = te.reduce_axis((0, shape.d), name="d")
     scores = te.compute((shape.batch, shape.heads, shape.seq, shape.seq_kv),
-                        lambda b, h, i, j: te.sum(q[b, h, i, d].astype(f32) * k_t[b, h, d, j].astype(f32), axis=d),
+                        lambda b, h, i, j: te.sum(q[b, h, i, d].astype(f32) * k_t[b, h // g, d, j].astype(f32), axis=d),
                         name="scores")
     if shape.round_scores:
         exact = scores
@@ -100,7 +107,7 @@ def attention_te(q, k_t, v, bias, shape: AttentionShape):
     half = te.compute(probs.shape, lambda *i: probs(*i).astype(shape.dtype), name="probs")
     j = te.reduce_axis((0, shape.seq_kv), name="j")
     out = te.compute((shape.batch, shape.heads, shape.seq, shape.d_v),
-                     lambda b, h, i, e: te.sum(half[b, h, i, j].astype(f32) * v[b, h, j, e].astype(f32), axis=j),
+                     lambda b, h, i, e: te.sum(half[b, h, i, j].astype(f32) * v[b, h // g, j, e].astype(f32), axis=j),
                      name="out")
     if shape.out_dtype != f32:
         acc = out
@@ -129,7 +136,8 @@ def _attention_mutator():
 
     from ...model_tuning.rewrites import scalar_constant
 
-    op = {name: tvm.ir.Op.get(f"relax.{name}") for name in ("matmul", "astype", "add", "multiply", "where", "isnan")}
+    op = {name: tvm.ir.Op.get(f"relax.{name}") for name in ("matmul", "astype", "add", "multiply", "where", "isnan",
+                                                            "permute_dims", "reshape", "broadcast_to", "expand_dims")}
     softmax = tvm.ir.Op.get("relax.nn.softmax")
 
     def call_of(expr, name_or_op):
@@ -227,11 +235,13 @@ def _attention_mutator():
             if first is None:
                 return None
             q, k_t = first.args
+            k_t, v, kv_group = self.unrepeated(k_t, v)
             qd, kd, vd = dims(q), dims(k_t), dims(v)
             if None in (qd, kd, vd) or not (len(qd) == len(kd) == len(vd) >= 2):
                 return None
             lead, (seq, d), (d_k, seq_kv), (seq_v, d_v) = qd[:-2], qd[-2:], kd[-2:], vd[-2:]
-            if kd[:-2] != lead or vd[:-2] != lead or d_k != d or seq_v != seq_kv or len(lead) > 2:
+            kv_lead = [*lead[:-1], lead[-1] // kv_group]
+            if kd[:-2] != kv_lead or vd[:-2] != kv_lead or d_k != d or seq_v != seq_kv or len(lead) > 2:
                 return None
             if dims(sm) != [*lead, seq, seq_kv]:  # a bias that broadcasts the scores to more heads
                 return None
@@ -251,14 +261,58 @@ def _attention_mutator():
                 bias_dims = tuple(bd)
             shape = AttentionShape(batch=batch, heads=heads, seq=seq, seq_kv=seq_kv, d=d, d_v=d_v, dtype=dtype,
                                    out_dtype=out_dtype, bias_dims=bias_dims, round_scores=round_scores,
-                                   nan_to_zero=nan_to_zero, scale=scale)
-            as4 = [self.four_d(x, batch, heads) for x in (q, k_t, v)]
+                                   nan_to_zero=nan_to_zero, scale=scale, kv_group=kv_group)
+            as4 = [self.four_d(q, batch, heads)] + [self.four_d(x, batch, heads // kv_group) for x in (k_t, v)]
             args = as4 + ([self.builder_.emit(relax.op.reshape(bias, bias_dims))] if bias is not None else [])
             func = (lambda q_, k_, v_, b_: attention_te(q_, k_, v_, b_, shape)) if bias is not None else \
                 (lambda q_, k_, v_: attention_te(q_, k_, v_, None, shape))
             out = self.builder_.emit(self.builder_.call_te(
                 func, *args, primfunc_name_hint=NAME, primfunc_attrs={ATTR: shape.attrs(), "op_pattern": 8}))
             return relax.op.reshape(out, [*lead, seq, d_v]) if len(lead) != 2 else out
+
+        def unrepeated(self, k_t, v):
+            """(kᵀ, v, G): kᵀ and v computed from their K/V heads without the repeat where both
+            repeat each head G > 1 times (`repeated_heads`), as they were otherwise (G = 1)."""
+            k_rep, v_rep = self.repeated_heads(k_t), self.repeated_heads(v)
+            if k_rep is None or v_rep is None or k_rep[1] != v_rep[1]:
+                return k_t, v, 1
+            (k_small, group, k_steps), (v_small, _, v_steps) = k_rep, v_rep
+            for step in k_steps:
+                k_small = self.builder_.emit(step(k_small))
+            for step in v_steps:
+                v_small = self.builder_.emit(step(v_small))
+            return k_small, v_small, group
+
+        def repeated_heads(self, expr):
+            """(x, G, steps) where `expr` is `steps` (head-wise: a multiply by a scalar, a swap of
+            the last two axes; in the order to apply) applied to 4-D x [B, Hkv, S, D] with each
+            head repeated G times (expand_dims at axis 2, broadcast_to [B, Hkv, G, S, D], reshape
+            [B, Hkv * G, S, D]); None otherwise."""
+            steps = []
+            expr = self.value(expr)
+            while True:
+                scaled, swapped = call_of(expr, "multiply"), call_of(expr, "permute_dims")
+                if scaled is not None and self.scalar(scaled.args[1]) is not None:
+                    steps.append(lambda y, c=scaled.args[1]: relax.op.multiply(y, c))
+                    expr = self.value(scaled.args[0])
+                elif swapped is not None and [int(a) for a in swapped.attrs.axes] == [0, 1, 3, 2]:
+                    steps.append(lambda y: relax.op.permute_dims(y, [0, 1, 3, 2]))
+                    expr = self.value(swapped.args[0])
+                else:
+                    break
+            reshaped = call_of(expr, "reshape")
+            wide = call_of(self.value(reshaped.args[0]), "broadcast_to") if reshaped is not None else None
+            expanded = call_of(self.value(wide.args[0]), "expand_dims") if wide is not None else None
+            if expanded is None or [int(a) for a in expanded.attrs.axis] != [2]:
+                return None
+            x = expanded.args[0]
+            xd, wd, rd = dims(x), dims(wide), dims(reshaped)
+            if None in (xd, wd, rd) or len(xd) != 4 or len(wd) != 5:
+                return None
+            (b, kv_heads, s, d), group = xd, wd[2]
+            if wd != [b, kv_heads, group, s, d] or rd != [b, kv_heads * group, s, d] or group < 2:
+                return None
+            return x, group, steps[::-1]
 
         def scores_matmul(self, expr):
             """(the fp32 matmul of half inputs computing `expr`, whether it is rounded to half on
