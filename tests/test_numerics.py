@@ -140,6 +140,35 @@ def test_integer_powers_become_exact_products(tmp_path):
     np.testing.assert_allclose(got[0], np.abs(x) + x ** 3, rtol=1e-5, atol=1e-5)
 
 
+def test_rmsnorms_mean_of_squares_is_one_kernel_with_the_norm(tmp_path):
+    """Relax fuses neither the square into the mean nor a sum with what follows it: the square
+    was a task of its own. After the rewrite the norm is one task and computes what it did."""
+    from tvm.s_tir import meta_schedule as ms
+
+    from kb_tvm.measure.targets import make_target
+    from kb_tvm.model_tuning import build, load_onnx, relax_module, run_and_time
+
+    path = _model([helper.make_node("Pow", ["x", "two"], ["square"]),
+                   helper.make_node("ReduceMean", ["square"], ["variance"], axes=[-1], keepdims=1),
+                   helper.make_node("Add", ["variance", "eps"], ["shifted"]),
+                   helper.make_node("Sqrt", ["shifted"], ["root"]),
+                   helper.make_node("Div", ["x", "root"], ["normed"]),
+                   helper.make_node("Mul", ["x", "w"], ["scaled"]),  # a broadcasting product: left as it is
+                   helper.make_node("ReduceMean", ["scaled"], ["row_mean"], axes=[0], keepdims=1),
+                   helper.make_node("Add", ["normed", "row_mean"], ["y"])],
+                  {"two": np.array(2.0, "float32"), "eps": np.array(1e-5, "float32"),
+                   "w": np.linspace(0.5, 1.5, 16, dtype="float32")}, tmp_path / "rmsnorm.onnx")
+    target = make_target("llvm")
+    mod = relax_module(load_onnx(path), target, precision="fp32", math="exact")
+    names = [str(t.task_name) for t in ms.relax_integration.extract_tasks(mod, target)]
+    assert sum("mean_of_product" in n for n in names) == 1 and "multiply" not in names, names
+    x = np.linspace(-2, 2, 64, dtype="float32").reshape(4, 16)
+    (got,), _ = run_and_time(build(mod, target), target, [[x]], repeat=1)
+    w = np.linspace(0.5, 1.5, 16, dtype="float32")
+    expected = x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-5) + (x * w).mean(0, keepdims=True)
+    np.testing.assert_allclose(got[0], expected, rtol=1e-5, atol=1e-5)
+
+
 def test_cuda_kernels_read_bool_masks_one_value_at_a_time(tmp_path):
     """TVM 0.27's CUDA code reads two bools as a `ushort2` (2-byte lanes over 1-byte values):
     wrong masks, or a misaligned address that kills the process. Kernels on bool tensors are

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .onnx_input import ModelError, fold_constants
 from .precision import apply_math, lower_precision
-from .rewrites import integer_powers_as_products
+from .rewrites import integer_powers_as_products, means_of_products_as_one_reduction
 
 
 def to_relax(model):
@@ -22,12 +22,13 @@ def to_relax(model):
 
 def relax_module(model, target, *, precision: str, math: str):
     """The module a model is tuned and built from: imported, its integer powers written out
-    (`rewrites.integer_powers_as_products`), in `precision`, with `math`, its attention one task
+    (`rewrites.integer_powers_as_products`), in `precision`, with `math`, a mean of a product one
+    reduction (`rewrites.means_of_products_as_one_reduction`), its attention one task
     where the attention family computes it (kernels/attention/rewrite.py), prepared."""
     from ..kernels.attention import fuse_attention, takes_attention
 
     imported = integer_powers_as_products()(to_relax(model))
-    mod = apply_math(lower_precision(imported, precision), math)
+    mod = means_of_products_as_one_reduction()(apply_math(lower_precision(imported, precision), math))
     return prepare(fuse_attention(mod) if takes_attention(target, precision) else mod, target)
 
 
