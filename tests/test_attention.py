@@ -76,6 +76,9 @@ def test_fp32_models_and_other_targets_keep_their_graph():
     assert not takes_attention(hopper, "fp32") and not takes_attention(llvm, "fp16")
     model, _ = half_module("llama_tiny.onnx", SEQ)
     assert not attention_funcs(relax_module(model, llvm, precision="fp16", math="exact"))
+    # stock's search alone (no kernel families) gets the attention's ops apart, as without kb
+    assert attention_funcs(relax_module(model, hopper, precision="fp16", math="exact"))
+    assert not attention_funcs(relax_module(model, hopper, precision="fp16", math="exact", kernels=False))
 
 
 @pytest.mark.parametrize("name", ["llama_tiny.onnx", "bert_tiny.onnx"])

@@ -92,7 +92,7 @@ def tune_model(
     check_precision(precision)
     math = math_for(target, exact=exact_math)
     earlier = read_state(work_dir, name=name, resume=resume, strategy=strategy, precision=precision, math=math)
-    mod = relax_module(model, target, precision=precision, math=math)
+    mod = relax_module(model, target, precision=precision, math=math, kernels=strategy in KB_STRATEGIES)
     input_sets = [example_inputs(model), example_inputs(model, seed=1)]
     notify = on_event or (lambda record: None)
     by_onnxruntime = [onnxruntime_outputs(model, inputs) for inputs in input_sets]

@@ -20,16 +20,18 @@ def to_relax(model):
         raise ModelError(f"TVM cannot import this model: {first}") from None
 
 
-def relax_module(model, target, *, precision: str, math: str):
+def relax_module(model, target, *, precision: str, math: str, kernels: bool = True):
     """The module a model is tuned and built from: imported, its integer powers written out
     (`rewrites.integer_powers_as_products`), in `precision`, with `math`, a mean of a product one
-    reduction (`rewrites.means_of_products_as_one_reduction`), its attention one task
-    where the attention family computes it (kernels/attention/rewrite.py), prepared."""
+    reduction (`rewrites.means_of_products_as_one_reduction`), its attention one task where the
+    attention family computes it (kernels/attention/rewrite.py) and the job runs the families
+    (`kernels`: stock's search alone gets the attention's ops apart, as it would without kb),
+    prepared."""
     from ..kernels.attention import fuse_attention, takes_attention
 
     imported = integer_powers_as_products()(to_relax(model))
     mod = means_of_products_as_one_reduction()(apply_math(lower_precision(imported, precision), math))
-    return prepare(fuse_attention(mod) if takes_attention(target, precision) else mod, target)
+    return prepare(fuse_attention(mod) if kernels and takes_attention(target, precision) else mod, target)
 
 
 def prepare(mod, target):
