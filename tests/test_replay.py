@@ -29,6 +29,12 @@ def test_the_clock_advances_by_the_recorded_costs_of_each_batch():
     POLICIES["random"]().run(env, seed=0)
     assert [p["seconds"] for p in env.curve] == [9.0, 18.0, 27.0]  # the third starts at 18 s, before 20
     assert env.trials == 48 and env.budget.spent == 27.0 and env.budget.exhausted
+    # a dataset that recorded its runs' starts charges one before the first batch
+    started = made_up(bowl)
+    started.start_s = 4.0
+    env = ReplayEnv(started, budget=20)
+    POLICIES["random"]().run(env, seed=0)
+    assert [p["seconds"] for p in env.curve] == [13.0, 22.0]
 
 
 def test_a_mutation_not_measured_is_proposed_again_in_a_later_round():
@@ -178,6 +184,8 @@ def test_a_dataset_merges_the_runs_of_one_workload(tmp_path):
     assert failed.latency_s is None and failed.error == "build: no"
     # kb's batch 1 came 3 s after batch 0, and its two candidates (both workloads) cost 0.4 / 2 + 0.1 each
     assert data.per_batch_s == pytest.approx(3.0 - 2 * 0.3) and data.per_batch_by_strategy == {"kb": data.per_batch_s}
+    # the runs' starts: kb's first batch ended at 3 s after 0.6 s of work, random's at 2 s after 0.3
+    assert data.start_s == pytest.approx(((3.0 - 0.6) + (2.0 - 0.3)) / 2)
     assert data.uniform_indices == [data.index[("a", decision_key(trace_of(same)))]]
     saved = Dataset.load(data.save(tmp_path / "d.jsonl.gz"))
     assert saved.header() == data.header() and saved.keys == data.keys

@@ -66,7 +66,9 @@ class Dataset:
     """The points of one workload on one target, and how a batch of them cost time when they
     were recorded: batch seconds = per_batch_s + sum(build_s) / builders + sum(run_s).
     per_batch_s is the median over every recorded batch; per_batch_by_strategy each
-    strategy's own (its search's time between batches is in it: stock's evolution costs more)."""
+    strategy's own (its search's time between batches is in it: stock's evolution costs more).
+    start_s: a run's seconds before its first batch's work, the median over the recorded runs
+    (a search's start: sampling, ranking, the workers); 0.0 in datasets recorded without it."""
 
     name: str
     workload: str  # structural hash of the task's module
@@ -78,6 +80,7 @@ class Dataset:
     per_batch_by_strategy: dict[str, float] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
     module: str | None = None  # the task's module (tvm.ir.save_json), to rebuild a point
+    start_s: float = 0.0
 
     def __post_init__(self) -> None:
         self.keys = [(p.sketch, p.decisions) for p in self.points]
@@ -114,7 +117,7 @@ class Dataset:
         return {"kind": "dataset", "schema": SCHEMA, "name": self.name, "workload": self.workload,
                 "task": self.task, "target": self.target, "size": self.size,
                 "valid": sum(p.ok for p in self.points), "best_latency_s": self.best_latency_s,
-                "per_batch_s": round(self.per_batch_s, 4),
+                "per_batch_s": round(self.per_batch_s, 4), "start_s": round(self.start_s, 4),
                 "per_batch_by_strategy": {k: round(v, 4) for k, v in self.per_batch_by_strategy.items()},
                 "builders": self.builders,
                 "strategies": _strategy_counts(self.points), "sources": self.sources, "module": self.module}
@@ -147,7 +150,7 @@ class Dataset:
         return cls(name=head["name"], workload=head["workload"], task=head["task"], target=head["target"],
                    points=points, per_batch_s=head["per_batch_s"], builders=head["builders"],
                    per_batch_by_strategy=head.get("per_batch_by_strategy", {}), sources=head.get("sources", []),
-                   module=head.get("module"))
+                   module=head.get("module"), start_s=head.get("start_s", 0.0))
 
 
 def build_dataset(logs: list[str | Path], *, name: str, workload: str | None = None) -> Dataset:
@@ -199,10 +202,12 @@ def build_dataset(logs: list[str | Path], *, name: str, workload: str | None = N
             measurements=len(latencies), strategies=tuple(sorted({r["strategy"] for r in group}))))
     builders = _builders(target)
     fixed = _fixed_batch_seconds(all_rows, builders)
+    starts = _start_seconds(all_rows, builders)
     return Dataset(name=name, workload=workload, task=first["task"], target=target, points=points,
                    per_batch_s=statistics.median([s for ss in fixed.values() for s in ss]) if fixed else 0.0,
                    per_batch_by_strategy={k: statistics.median(v) for k, v in fixed.items()}, builders=builders,
-                   sources=sorted({r["source"] for r in rows}), module=modules.get(workload))
+                   sources=sorted({r["source"] for r in rows}), module=modules.get(workload),
+                   start_s=statistics.median(starts) if starts else 0.0)
 
 
 def _builders(target: str) -> int:
@@ -233,6 +238,20 @@ def _fixed_batch_seconds(rows: list[dict], builders: int) -> dict[str, list[floa
             work = sum(r.get("build_s") or 0.0 for r in group) / builders + sum(r.get("run_s") or 0.0 for r in group)
             fixed.setdefault(strategy, []).append(max(0.0, wall - work))
     return fixed
+
+
+def _start_seconds(rows: list[dict], builders: int) -> list[float]:
+    """Each recorded run's seconds before its first batch's work: that batch's wall seconds
+    (`job_s`) less its candidates' builds (in parallel) and runs."""
+    first: dict[tuple, list[dict]] = {}
+    for r in rows:
+        run = (r["source"], r["strategy"])
+        if run not in first or r["batch"] < first[run][0]["batch"]:
+            first[run] = [r]
+        elif r["batch"] == first[run][0]["batch"]:
+            first[run].append(r)
+    return [max(0.0, max(r["job_s"] for r in group) - sum(r.get("build_s") or 0.0 for r in group) / builders
+                - sum(r.get("run_s") or 0.0 for r in group)) for group in first.values()]
 
 
 def _strategy_counts(points: list[Point]) -> dict[str, int]:

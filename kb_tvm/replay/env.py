@@ -6,9 +6,10 @@ mostly: one changed decision rarely lands on a recorded schedule) is, by default
 nearest recorded one of its sketch, so every result is a real measurement; with `snap=False` the
 surrogate answers for it instead, and the summary says how many results it gave. Fresh samples
 come from the dataset's uniform samples (the "random" runs), as a real search samples the space. A batch advances the clock by what it cost when it was recorded:
-the dataset's fixed cost per batch, its builds (in parallel) and its runs. Every strategy pays
-that one cost model: the fixed cost is the median over all recorded batches, whichever search
-recorded them, so that replays compare strategies, not recordings. The budget is the same value
+the dataset's fixed cost per batch, its builds (in parallel) and its runs; the first batch also
+the search's start (`Dataset.start_s`). Every strategy pays that one cost model: the fixed costs
+are medians over all recorded batches and runs, whichever search recorded them, so that replays
+compare strategies, not recordings. The budget is the same value
 object real runs ask (`TuningBudget`), on that clock.
 """
 
@@ -106,7 +107,9 @@ class ReplayEnv:
             outcomes.append(Outcome(latency, None if latency is not None else "surrogate: its neighbours failed",
                                     True))
             costs.append(_typical(self.dataset, near))
-        self.clock.seconds += self.dataset.batch_seconds(costs, self.per_batch_s)
+        # a run's first batch also pays the search's start, as the recorded runs did theirs
+        start = self.dataset.start_s if not self.curve else 0.0
+        self.clock.seconds += start + self.dataset.batch_seconds(costs, self.per_batch_s)
         for o in outcomes:
             self.trials += 1
             self.failed += o.latency_s is None
