@@ -47,6 +47,7 @@ def attention_funcs(mod) -> list:
     ("llama_tiny.onnx", SEQ, 1, (1, 1, 16, 16), True, 1.0, 2),
     ("gpt2_tiny.onnx", SEQ, 1, (1, 1, 16, 16), True, 1.0, 1),
     ("vit_tiny.onnx", {"input": (1, 3, 32, 32)}, 1, None, False, 1.0, 1),  # no mask, 17 tokens
+    ("hf_vit_tiny.onnx", {"input": (1, 3, 32, 32)}, 1, None, False, 1.0, 1),  # Hugging Face's ViT, sdpa
     ("bert_tiny.onnx", SEQ, 2, (1, 1, 1, 16), False, 0.1767578125, 1),  # padding mask, 1/sqrt(32) in fp16
 ])
 def test_the_shipped_architectures_attention_becomes_one_task_per_layer(name, shapes, layers, bias, guard, scale,

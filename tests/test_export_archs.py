@@ -27,6 +27,9 @@ TOYS = {  # export arguments; the graph's inputs and outputs: name -> (element t
     "vit": (["vit", "--image", "32", "--patch", "8", "--layers", "1", "--heads", "4", "--hidden", "64", "--ffn", "128",
              "--classes", "10"],
             {"input": (FLOAT, ["batch", 3, 32, 32])}, {"logits": (FLOAT, ["batch", 10])}),
+    "hf_vit": (["hf-vit", "--image", "32", "--patch", "8", "--layers", "1", "--heads", "4", "--hidden", "64", "--ffn",
+                "128", "--classes", "10"],
+               {"input": (FLOAT, ["batch", 3, 32, 32])}, {"logits": (FLOAT, ["batch", 10])}),
 }
 
 
@@ -92,9 +95,10 @@ def test_a_shipped_causal_lm_reads_its_tokens_causally_and_honours_its_mask(name
     assert not changed[:, :5].any() and changed[:, 5:].all()
 
 
-def test_the_shipped_vit_tells_images_apart():
+@pytest.mark.parametrize("name", ["vit", "hf_vit"])  # torchvision's and Hugging Face's
+def test_the_shipped_vit_tells_images_apart(name):
     # the test the ViT's random head is for: torchvision's zero head gives its bias for any image
-    session, rng = _session("vit"), np.random.default_rng(0)
+    session, rng = _session(name), np.random.default_rng(0)
     images = rng.standard_normal((3, 3, 32, 32)).astype(np.float32)
     (logits,) = session.run(["logits"], {"input": images})
     assert logits.shape == (3, 10) and np.isfinite(logits).all()
@@ -113,6 +117,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
      "need an even head size"),
     (["gpt2", "--hidden", "66", "--heads", "4"], "hidden=66 must be a multiple of heads=4"),
     (["vit", "--image", "30", "--patch", "8"], "image=30 must be a multiple of patch=8"),
+    (["hf-vit", "--image", "30", "--patch", "8"], "image=30 must be a multiple of patch=8"),
 ])
 def test_inconsistent_sizes_are_refused_in_one_line_before_torch_is_needed(tmp_path, args, message):
     # checked before torch is imported: refused at once, models extra installed or not

@@ -14,7 +14,7 @@ built from its config with random weights from a fixed torch seed:
 
 `llama` (LlamaForCausalLM, sdpa attention: causal scaled_dot_product_attention, grouped-query when
 --kv-heads is fewer than --heads), `gpt2` (GPT2LMHeadModel, sdpa) and `vit` (torchvision's
-VisionTransformer) are sized by the options; by default they are TinyLlama-1.1B (22 layers, hidden
+VisionTransformer) and `hf-vit` (Hugging Face's ViTForImageClassification, sdpa) are sized by the options; by default they are TinyLlama-1.1B (22 layers, hidden
 2048, 32 heads, 4 key/value heads, intermediate 5632, vocab 32000, 2048 positions), GPT-2 small (12
 layers, hidden 768, 12 heads, vocab 50257, 1024 positions) and ViT-B/16 (patch 16, 12 layers, 12
 heads, hidden 768, MLP 3072, 1000 classes). The toys shipped in workloads/ (tests/test_export_archs.py)
@@ -26,6 +26,8 @@ were made with (from the repository root):
         --positions 64 --seq 16 --out workloads/gpt2_tiny.onnx
     python -m kb_tvm.workloads.export_models vit --image 32 --patch 8 --layers 1 --heads 4 --hidden 64 \\
         --ffn 128 --classes 10 --out workloads/vit_tiny.onnx
+    python -m kb_tvm.workloads.export_models hf-vit --image 32 --patch 8 --layers 1 --heads 4 --hidden 64 \\
+        --ffn 128 --classes 10 --out workloads/hf_vit_tiny.onnx
 
 Needs the `models` extra (`pip install "kb-tvm[models]"`; add `--extra-index-url
 https://download.pytorch.org/whl/cpu` for CPU-only torch). Like real exports, the files carry
@@ -57,7 +59,7 @@ OPSET = 17
 RESNETS = ("resnet18", "resnet34", "resnet50", "resnet101", "resnet152")
 BERTS = ("bert-base", "bert")
 CAUSAL_LMS = ("llama", "gpt2")
-VITS = ("vit-b16", "vit")
+VITS = ("vit-b16", "vit", "hf-vit")
 
 
 class MissingExtra(ImportError):
@@ -375,28 +377,54 @@ def _mha_fastpath_off():
         torch.backends.mha.set_fastpath_enabled(before)
 
 
+def hf_vit_module(*, batch: int = 1, image: int = 224, config: dict | None = None, seed: int = 0):
+    """Hugging Face's ViTForImageClassification (sdpa attention) with random weights from `seed`,
+    sized by `config` (vit_config's keys; default ViT-B/16), in eval mode, its logits the one
+    output, and an example input [batch, 3, image, image]."""
+    c = config or vit_config()
+    if image % c["patch_size"]:
+        raise ValueError(f"image={image} must be a multiple of patch={c['patch_size']}")
+    torch, transformers = require("torch", "transformers")
+    torch.manual_seed(seed)
+    vit = transformers.ViTForImageClassification(transformers.ViTConfig(
+        image_size=image, patch_size=c["patch_size"], num_hidden_layers=c["num_layers"],
+        num_attention_heads=c["num_heads"], hidden_size=c["hidden_dim"], intermediate_size=c["mlp_dim"],
+        num_labels=c["num_classes"], attn_implementation="sdpa"))
+
+    class Logits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.vit = vit
+
+        def forward(self, pixel_values):
+            return self.vit(pixel_values=pixel_values).logits
+
+    return Logits().eval(), (torch.randn(batch, 3, image, image),)
+
+
 def export_vit(out: str | Path, *, batch: int = 1, image: int = 224, config: dict | None = None,
-               seed: int = 0) -> Export:
-    """`vit_module` exported: input `input` [batch, 3, image, image] (batch dynamic), output
-    `logits` [batch, classes]."""
-    model, args = vit_module(batch=batch, image=image, config=config, seed=seed)
+               seed: int = 0, hugging_face: bool = False) -> Export:
+    """`vit_module` (`hf_vit_module` where `hugging_face`) exported: input `input` [batch, 3,
+    image, image] (batch dynamic), output `logits` [batch, classes]."""
+    module = hf_vit_module if hugging_face else vit_module
+    model, args = module(batch=batch, image=image, config=config, seed=seed)
     with _mha_fastpath_off():
         return _export(model, args, out, ["input"], "logits", {"input": {0: "batch"}, "logits": {0: "batch"}})
 
 
-SIZED = {"bert": "BERT", "llama": "Llama", "gpt2": "GPT-2", "vit": "ViT"}  # the models the options size
+SIZED = {"bert": "BERT", "llama": "Llama", "gpt2": "GPT-2", "vit": "ViT", "hf-vit": "Hugging Face ViT"}  # the models the options size
 TWINS = {"bert-base": "bert", "vit-b16": "vit"}  # fixed shapes that a sized model takes as its defaults
 SIZE_OPTIONS = {  # option -> (the models it sizes, help: each one's default)
-    "layers": (("bert", "llama", "gpt2", "vit"), "layers (bert 12, llama 22, gpt2 12, vit 12)"),
-    "hidden": (("bert", "llama", "gpt2", "vit"), "hidden size (bert 768, llama 2048, gpt2 768, vit 768)"),
-    "heads": (("bert", "llama", "gpt2", "vit"), "attention heads (bert 12, llama 32, gpt2 12, vit 12)"),
+    "layers": (("bert", "llama", "gpt2", "vit", "hf-vit"), "layers (bert 12, llama 22, gpt2 12, vit 12)"),
+    "hidden": (("bert", "llama", "gpt2", "vit", "hf-vit"), "hidden size (bert 768, llama 2048, gpt2 768, vit 768)"),
+    "heads": (("bert", "llama", "gpt2", "vit", "hf-vit"), "attention heads (bert 12, llama 32, gpt2 12, vit 12)"),
     "kv-heads": (("llama",), "key/value heads, fewer than --heads for grouped-query attention (llama 4)"),
-    "ffn": (("bert", "llama", "gpt2", "vit"), "intermediate (FFN, MLP) size (bert 4 x hidden, llama 5632, "
+    "ffn": (("bert", "llama", "gpt2", "vit", "hf-vit"), "intermediate (FFN, MLP) size (bert 4 x hidden, llama 5632, "
             "gpt2 4 x hidden, vit 3072)"),
     "vocab": (("bert", "llama", "gpt2"), "vocabulary (bert 30522, llama 32000, gpt2 50257)"),
     "positions": (("llama", "gpt2"), "most positions, the longest --seq (llama 2048, gpt2 1024)"),
-    "patch": (("vit",), "patch height and width, a divisor of --image (vit 16)"),
-    "classes": (("vit",), "classes of the head (vit 1000)"),
+    "patch": (("vit", "hf-vit"), "patch height and width, a divisor of --image (vit 16)"),
+    "classes": (("vit", "hf-vit"), "classes of the head (vit 1000)"),
 }
 
 
@@ -436,8 +464,8 @@ def export(args, sizes: dict) -> Export:
     if args.model in RESNETS:
         return export_resnet(args.model, args.out, image=args.image, **common)
     if args.model in VITS:
-        config = vit_config(**sizes) if args.model == "vit" else None
-        return export_vit(args.out, image=args.image, config=config, **common)
+        config = vit_config(**sizes) if args.model != "vit-b16" else None
+        return export_vit(args.out, image=args.image, config=config, hugging_face=args.model == "hf-vit", **common)
     if args.model in BERTS:
         return export_bert(args.out, seq=args.seq, config=bert_config(**sizes), **common)
     if args.model == "llama":
@@ -450,8 +478,8 @@ def main(argv: list[str] | None = None) -> None:
                                      epilog="e.g. kb-tvm tune resnet50.onnx --input-shape input=1x3x224x224")
     parser.add_argument("model", choices=RESNETS + BERTS + CAUSAL_LMS + VITS,
                         help="a torchvision ResNet, bert-base (BERT-base's shape), vit-b16 (ViT-B/16), or bert, "
-                             "llama, gpt2, vit (sized by the options; defaults: BERT-base, TinyLlama-1.1B, GPT-2 "
-                             "small, ViT-B/16)")
+                             "llama, gpt2, vit, hf-vit (sized by the options; defaults: BERT-base, TinyLlama-1.1B, "
+                             "GPT-2 small, ViT-B/16 from torchvision and from Hugging Face)")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--batch", type=int, default=1, help="batch of the example traced (the axis stays dynamic)")
     parser.add_argument("--seed", type=int, default=0, help="torch seed of the random weights")
