@@ -119,7 +119,8 @@ def main(out_path: str, names: tuple[str, ...], with_skip: bool) -> None:
         from kb_tvm.schedules.flash_attention import AttentionTile
 
         # the family's tiles, and the skip of masked key tiles (not searched), which only real masks exercise
-        skips = [AttentionTile(bm=bm, bn=64, skip_masked=True) for bm in (64, 128)] if with_skip and bias != "none" else []
+        skips = ([AttentionTile(bm=bm, bn=64, skip_masked=True) for bm in (64, 128)]
+                 if with_skip and bias != "none" else [])
         for tile in [*FAMILY.variants(p, target).pool, *skips]:
             entry = {"tile": tile.describe()}
             kernel = FAMILY.build(p, tile, target, "check")

@@ -13,11 +13,12 @@ built from its config with random weights from a fixed torch seed:
     python -m kb_tvm.workloads.export_models vit-b16 --out vit-b16.onnx             # ViT-B/16, 224x224
 
 `llama` (LlamaForCausalLM, sdpa attention: causal scaled_dot_product_attention, grouped-query when
---kv-heads is fewer than --heads), `gpt2` (GPT2LMHeadModel, sdpa) and `vit` (torchvision's
-VisionTransformer) and `hf-vit` (Hugging Face's ViTForImageClassification, sdpa) are sized by the options; by default they are TinyLlama-1.1B (22 layers, hidden
-2048, 32 heads, 4 key/value heads, intermediate 5632, vocab 32000, 2048 positions), GPT-2 small (12
-layers, hidden 768, 12 heads, vocab 50257, 1024 positions) and ViT-B/16 (patch 16, 12 layers, 12
-heads, hidden 768, MLP 3072, 1000 classes). The toys shipped in workloads/ (tests/test_export_archs.py)
+--kv-heads is fewer than --heads), `gpt2` (GPT2LMHeadModel, sdpa), `vit` (torchvision's
+VisionTransformer) and `hf-vit` (Hugging Face's ViTForImageClassification, sdpa) are sized by the
+options; by default they are TinyLlama-1.1B (22 layers, hidden 2048, 32 heads, 4 key/value heads,
+intermediate 5632, vocab 32000, 2048 positions), GPT-2 small (12 layers, hidden 768, 12 heads,
+vocab 50257, 1024 positions) and ViT-B/16 (patch 16, 12 layers, 12 heads, hidden 768, MLP 3072,
+1000 classes). The toys shipped in workloads/ (tests/test_export_archs.py)
 were made with (from the repository root):
 
     python -m kb_tvm.workloads.export_models llama --layers 1 --hidden 64 --heads 4 --kv-heads 2 \\
@@ -412,7 +413,8 @@ def export_vit(out: str | Path, *, batch: int = 1, image: int = 224, config: dic
         return _export(model, args, out, ["input"], "logits", {"input": {0: "batch"}, "logits": {0: "batch"}})
 
 
-SIZED = {"bert": "BERT", "llama": "Llama", "gpt2": "GPT-2", "vit": "ViT", "hf-vit": "Hugging Face ViT"}  # the models the options size
+# the models the options size
+SIZED = {"bert": "BERT", "llama": "Llama", "gpt2": "GPT-2", "vit": "ViT", "hf-vit": "Hugging Face ViT"}
 TWINS = {"bert-base": "bert", "vit-b16": "vit"}  # fixed shapes that a sized model takes as its defaults
 SIZE_OPTIONS = {  # option -> (the models it sizes, help: each one's default)
     "layers": (("bert", "llama", "gpt2", "vit", "hf-vit"), "layers (bert 12, llama 22, gpt2 12, vit 12)"),

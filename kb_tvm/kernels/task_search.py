@@ -64,8 +64,9 @@ def search_task(family: KernelFamily, problem, func, name: str, target, device, 
                 work_dir: Path, earlier: list[dict], constants: frozenset[int] = frozenset(),
                 first_right_only: bool = False, notify=lambda event: None) -> KernelChoice | None:
     """The family's variant search for task `name` (`func`: its PrimFunc) until `until()` or until
-    it stops itself (with `first_right_only`, once some variant ran right): each variant built, compared with `reference(arrays)` (the task's output on those arrays) on two
-    input sets, then timed, and appended to the work dir's kernels.jsonl. Variants measured before
+    it stops itself (with `first_right_only`, once some variant ran right): each variant built,
+    compared with `reference(arrays)` (the task's output on those arrays) on two input sets, then
+    timed, and appended to the work dir's kernels.jsonl. Variants measured before
     (`earlier`, that file's rows) are not measured again. `constants`: the task's inputs a model
     holds constant (`KernelFamily.variants`). None when the family admits no variant of this
     shape or none computed right."""

@@ -13,11 +13,11 @@ What is matched, from the second matmul back (optional steps in brackets):
 q, kᵀ and v are [.., seq, d], [.., d, seq_kv] and [.., seq_kv, d_v] with the same leading axes
 (the heads), or kᵀ and v each a repeat of fewer heads (grouped-query attention as transformers
 writes it, repeat_kv: expand_dims, broadcast_to, reshape; then on kᵀ its transpose and a scalar
-scale), which the kernel reads unrepeated; the bias (the mask: causal, padding) broadcasts to the scores. The exports of
-transformers' Llama, GPT-2 and BERT and torchvision's ViT import as this; anything else is left as it
-was, and so is an attention whose heads no tile of the kernel takes (d not a multiple of 16). The
-rewrite keeps every op's order and rounding, so the untuned build computes what it
-did: the tests compare the two."""
+scale), which the kernel reads unrepeated; the bias (the mask: causal, padding) broadcasts to
+the scores. The exports of transformers' Llama, GPT-2, BERT and ViT and torchvision's ViT import
+as this; anything else is left as it was, and so is an attention whose heads no tile of the
+kernel takes (d not a multiple of 16). The rewrite keeps every op's order and rounding, so the
+untuned build computes what it did: the tests compare the two."""
 
 from __future__ import annotations
 
@@ -72,8 +72,8 @@ class AttentionShape:
 
 def attention_te(q, k_t, v, bias, shape: AttentionShape):
     """The computation, in TE, on 4-D q [B, H, S, D], kᵀ [B, H/G, D, Skv], v [B, H/G, Skv, Dv] (G:
-    kv_group) and bias [b, h, s, Skv] (dims of 1 broadcast): the reference the family's kernels are checked against,
-    and what MetaSchedule schedules where no kernel is chosen."""
+    kv_group) and bias [b, h, s, Skv] (dims of 1 broadcast): the reference the family's kernels
+    are checked against, and what MetaSchedule schedules where no kernel is chosen."""
     from tvm import te, tirx, topi
 
     f32, g = "float32", shape.kv_group
@@ -295,7 +295,8 @@ def _attention_mutator():
                 if scaled is not None and self.scalar(scaled.args[1]) is not None:
                     steps.append(lambda y, c=scaled.args[1]: relax.op.multiply(y, c))
                     expr = self.value(scaled.args[0])
-                elif swapped is not None and [int(a) for a in swapped.attrs.axes] == [0, 1, 3, 2]:
+                elif swapped is not None and swapped.attrs.axes is not None and [
+                        int(a) for a in swapped.attrs.axes] == [0, 1, 3, 2]:
                     steps.append(lambda y: relax.op.permute_dims(y, [0, 1, 3, 2]))
                     expr = self.value(swapped.args[0])
                 else:
