@@ -154,28 +154,22 @@ def test_every_task_gets_its_first_variant_before_a_hot_task_overruns_its_slice(
     cost = {"hot": 4.0, "cold": 1.0}
     measured = {"hot": [], "cold": []}
 
-    def search_one(entry, until, first_right_only, earlier):
-        name = entry[0]
-        done = [r for r in earlier if r[0] == name]  # resumed, not measured again
-        best = min((s for _, s in done), default=None)
-        while not until() and not (first_right_only and best is not None) and len(done) < 6:
-            now[0] += cost[name]
-            seconds = 1.0 / (len(done) + 1)  # each variant faster than the last
-            done.append((name, seconds))
-            measured[name].append(seconds)
-            best = seconds if best is None else min(best, seconds)
-        return None if best is None else SimpleNamespace(seconds=best)
+    def search_one(entry, until, first_right_only):  # goes on where its last call stopped
+        done = measured[entry[0]]
+        while not until() and not (first_right_only and done) and len(done) < 6:
+            now[0] += cost[entry[0]]
+            done.append(1.0 / (len(done) + 1))  # each variant faster than the last
+        return SimpleNamespace(seconds=min(done)) if done else None
 
-    rows = lambda: [(n, s) for n in measured for s in measured[n]]
-    out = run_stage([("hot",), ("cold",)], {"hot": 0.9, "cold": 0.1}, 10.0, lambda: now[0], search_one, rows)
+    out = run_stage([("hot",), ("cold",)], {"hot": 0.9, "cold": 0.1}, 10.0, lambda: now[0], search_one)
     assert set(out) == {"hot", "cold"}  # the cold task has a variant although the hot one overran
     assert len(measured["cold"]) >= 1 and len(measured["hot"]) >= 2  # the hot one measured more
-    # the second pass resumed the first: no variant measured twice (each has its own time)
+    # the second pass went on from the first: no variant measured twice (each has its own time)
     assert all(len(set(times)) == len(times) for times in measured.values())
     assert out["hot"].seconds == min(measured["hot"])
     # a stage already over: nothing measured, nothing chosen
     measured = {"hot": [], "cold": []}
-    assert run_stage([("hot",), ("cold",)], {"hot": 0.9, "cold": 0.1}, 0.0, lambda: now[0], search_one, rows) == {}
+    assert run_stage([("hot",), ("cold",)], {"hot": 0.9, "cold": 0.1}, 0.0, lambda: now[0], search_one) == {}
 
 
 def test_the_hopper_stage_serves_half_precision_on_sm90_only():

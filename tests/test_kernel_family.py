@@ -93,7 +93,7 @@ def test_a_family_registered_in_one_line_serves_its_targets(monkeypatch, llvm_ta
 
 
 def test_the_shared_search_checks_times_records_and_resumes_a_new_family(gemm, llvm_target, tmp_path):
-    from kb_tvm.kernels.task_search import FILE_NAME, local_device, read_rows, search_task
+    from kb_tvm.kernels.task_search import FILE_NAME, local_device, read_rows, search_task, start_search
 
     mod, problem = gemm
     family = SplitGemm()
@@ -116,8 +116,13 @@ def test_the_shared_search_checks_times_records_and_resumes_a_new_family(gemm, l
                         until=lambda: False, work_dir=tmp_path, earlier=rows, notify=events.append)
     assert again.params == choice.params and events == []  # resumed: nothing measured twice
     assert len((tmp_path / FILE_NAME).read_text().splitlines()) == 3
-    # a stage's first pass: the first variant that runs right, then the next task
+    # a stage's first pass: the first variant that runs right, then the next task; its second
+    # pass goes on from there, measuring none twice
     (tmp_path / "first").mkdir()
-    first = search_task(family, problem, mod["main"], "gemm", llvm_target, local_device(llvm_target), reference,
-                        until=lambda: False, work_dir=tmp_path / "first", earlier=[], first_right_only=True)
+    run = start_search(family, problem, mod["main"], "gemm", llvm_target, local_device(llvm_target), reference,
+                       work_dir=tmp_path / "first", earlier=[])
+    first = run(lambda: False, first_right_only=True)
     assert [r["factor"] for r in read_rows(tmp_path / "first")] == [4] and first.params.factor == 4
+    best = run(lambda: False)
+    rows = read_rows(tmp_path / "first")
+    assert [r["factor"] for r in rows] == [4, 16, 0] and best.seconds == min(r["seconds"] for r in rows if r["ok"])

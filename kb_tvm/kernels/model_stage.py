@@ -8,7 +8,7 @@ from pathlib import Path
 
 from . import applicable
 from .family import NotApplicable
-from .task_search import SHARE_OF_BUDGET, KernelChoice, local_device, read_rows, search_task, task_output
+from .task_search import SHARE_OF_BUDGET, KernelChoice, local_device, read_rows, start_search, task_output
 
 
 def search_kernels(tasks, untuned, target, *, precision: str | None, budget, work_dir: Path,
@@ -43,38 +43,42 @@ def search_kernels(tasks, untuned, target, *, precision: str | None, budget, wor
     families_of = {name: sum(n == name for n, *_ in matched) for name, *_ in matched}
     weight = {name: model_time[name] / families_of[name] for name in families_of}
 
-    def search_one(entry, until, first_right_only, earlier):
-        name, func, family, problem = entry
-        return search_task(family, problem, func, name, target, device,
-                           lambda arrays: task_output(library, name, arrays, device), until=until,
-                           work_dir=work_dir, earlier=earlier, constants=constants.get(name, frozenset()),
-                           first_right_only=first_right_only, notify=notify)
+    earlier = read_rows(work_dir)
+    started = {}  # one search per (task, family), its inputs and references made once for both passes
 
-    out = run_stage(matched, weight, stop_at, lambda: budget.spent, search_one, lambda: read_rows(work_dir))
+    def search_one(entry, until, first_right_only):
+        name, func, family, problem = entry
+        if (name, family.name) not in started:
+            started[name, family.name] = start_search(
+                family, problem, func, name, target, device,
+                lambda arrays: task_output(library, name, arrays, device), work_dir=work_dir, earlier=earlier,
+                constants=constants.get(name, frozenset()), notify=notify)
+        run = started[name, family.name]
+        return None if run is None else run(until, first_right_only)
+
+    out = run_stage(matched, weight, stop_at, lambda: budget.spent, search_one)
     for name, choice in sorted(out.items()):
         notify({"event": "kernel_best", "family": choice.family.name, "task": name, "seconds": choice.seconds,
                 "variant": choice.family.describe(choice.params), "default_s": default_latency[name]})
     return out
 
 
-def run_stage(matched: list[tuple], weight: dict[str, float], stop_at: float, clock, search_one,
-              rows) -> dict:
+def run_stage(matched: list[tuple], weight: dict[str, float], stop_at: float, clock, search_one) -> dict:
     """Two passes over `matched` ((task name, ...), hottest first): each task's first right
     variant, all within the stage's seconds (`stop_at` on `clock()`), then each task's slice of
     what is left (`slice_end`). Without the first pass a hot task's variants that run over its
     slice take the slices of the tasks after it, and the last ones get none.
-    `search_one(entry, until, first_right_only, earlier)` searches one task (task_search.search_task),
-    resuming `rows()` measured before. The best choice per task name."""
+    `search_one(entry, until, first_right_only)` searches one task, going on where its last call
+    stopped (task_search.start_search). The best choice per task name."""
     out: dict = {}
     searched = matched
     for first_pass in (True, False):
-        earlier = rows()  # the second pass resumes the first
         found = []
         for i, entry in enumerate(searched):
             name = entry[0]
             task_stop = stop_at if first_pass else slice_end(
                 clock(), stop_at, weight[name], sum(weight[e[0]] for e in searched[i:]))
-            choice = search_one(entry, lambda task_stop=task_stop: clock() >= task_stop, first_pass, earlier)
+            choice = search_one(entry, lambda task_stop=task_stop: clock() >= task_stop, first_pass)
             if choice is not None:
                 found.append(entry)
                 if name not in out or choice.seconds < out[name].seconds:

@@ -70,6 +70,17 @@ def search_task(family: KernelFamily, problem, func, name: str, target, device, 
     (`earlier`, that file's rows) are not measured again. `constants`: the task's inputs a model
     holds constant (`KernelFamily.variants`). None when the family admits no variant of this
     shape or none computed right."""
+    run = start_search(family, problem, func, name, target, device, reference, work_dir=work_dir,
+                       earlier=earlier, constants=constants, notify=notify)
+    return None if run is None else run(until, first_right_only)
+
+
+def start_search(family: KernelFamily, problem, func, name: str, target, device, reference, *, work_dir: Path,
+                 earlier: list[dict], constants: frozenset[int] = frozenset(), notify=lambda event: None):
+    """`search_task`'s search, started: `run(until, first_right_only=False)` measures until either
+    stops it and gives the best right variant so far (or None); a later call goes on where the
+    last stopped, with the same inputs and references. None when the family admits no variant of
+    this shape."""
     try:
         search = family.variants(problem, target, constants=constants)
     except NotApplicable as why:  # no variant fits the shape
@@ -84,17 +95,21 @@ def search_task(family: KernelFamily, problem, func, name: str, target, device, 
                 search.tell(params, row["seconds"])
     inputs = [family.check_inputs(problem, task_inputs(list(func.params), seed), seed) for seed in (0, 1)]
     references = [reference(arrays) for arrays in inputs]
-    with (Path(work_dir) / FILE_NAME).open("a") as log:
-        while not until() and not (first_right_only and search.best) and (params := search.ask()) is not None:
-            row = _measure(family, problem, params, target, device, inputs, references, name)
-            search.tell(params, row["seconds"])
-            log.write(json.dumps(row) + "\n")
-            log.flush()
-            notify({"event": "kernel_variant", **row})
-    if search.best is None:
-        return None
-    params, seconds = search.best
-    return KernelChoice(task=name, family=family, problem=problem, params=params, seconds=seconds, target=target)
+
+    def run(until, first_right_only: bool = False) -> KernelChoice | None:
+        with (Path(work_dir) / FILE_NAME).open("a") as log:
+            while not until() and not (first_right_only and search.best) and (params := search.ask()) is not None:
+                row = _measure(family, problem, params, target, device, inputs, references, name)
+                search.tell(params, row["seconds"])
+                log.write(json.dumps(row) + "\n")
+                log.flush()
+                notify({"event": "kernel_variant", **row})
+        if search.best is None:
+            return None
+        params, seconds = search.best
+        return KernelChoice(task=name, family=family, problem=problem, params=params, seconds=seconds, target=target)
+
+    return run
 
 
 def task_inputs(params: list, seed: int) -> list[np.ndarray]:
