@@ -80,12 +80,13 @@ class TuneResult:
 PIPELINES = ("kb", "stock")
 
 
-def default_builder(target, pipeline: str = "kb", stream_to=None):
+def default_builder(target, pipeline: str = "kb", stream_to=None, seconds_left=None):
     """Builds on every core (GPU: every CPU this process may use but one, left to the measuring
     process), 120 s each (a cold GPU machine timed out at 30 s). kb: KBBuilder's persistent
     workers, handing each candidate to `stream_to` (a KBRunner) as soon as it is built, and once
-    builds have succeeded cutting each at 20x the slowest of them, at least 30 s
-    (measure.pipeline.BuildPool.limit_s); stock: MetaSchedule's LocalBuilder."""
+    builds have succeeded cutting each at 20x the slowest of them, at least 10 s, and never past
+    `seconds_left()`, the job's budget (measure.pipeline.BuildPool.limit_s); stock: MetaSchedule's
+    LocalBuilder, as stock runs it."""
     from tvm.s_tir import meta_schedule as ms
 
     # 120 s: a LocalBuilder worker's first build imports all of TVM's tensor intrinsics (40 s on
@@ -95,7 +96,7 @@ def default_builder(target, pipeline: str = "kb", stream_to=None):
     if pipeline == "kb":
         from .measure.builder import KBBuilder
 
-        return KBBuilder(workers=workers, timeout_s=timeout, stream_to=stream_to)
+        return KBBuilder(workers=workers, timeout_s=timeout, stream_to=stream_to, seconds_left=seconds_left)
     return ms.builder.LocalBuilder(max_workers=workers, timeout_sec=timeout)
 
 
@@ -111,8 +112,9 @@ def default_runner(target, pipeline: str = "kb"):
 
 
 @contextmanager
-def measurement_pipeline(target, pipeline: str = "kb", builder=None, runner=None):
-    """(builder, runner) for a tune: those given, else `pipeline`'s defaults for the target.
+def measurement_pipeline(target, pipeline: str = "kb", builder=None, runner=None, budget=None):
+    """(builder, runner) for a tune: those given, else `pipeline`'s defaults for the target
+    (kb's builder cuts no build past `budget`, a TuningBudget, where one is given).
     The ones made here have their worker processes stopped when the block ends. kb's defaults
     on a GPU stream: each candidate is timed as soon as it is built, while the rest build."""
     if pipeline not in PIPELINES:
@@ -124,7 +126,8 @@ def measurement_pipeline(target, pipeline: str = "kb", builder=None, runner=None
         runner = default_runner(target, pipeline)
         made.append(runner)
     if builder is None:
-        builder = default_builder(target, pipeline, stream_to=runner if streams else None)
+        builder = default_builder(target, pipeline, stream_to=runner if streams else None,
+                                  seconds_left=None if budget is None else lambda: budget.remaining)
         made.append(builder)
     try:
         yield builder, runner
@@ -218,7 +221,7 @@ def tune_operator(
             if template is not None:
                 search.outside_best = {_task_name(workload): template.seconds}
                 search.outside_names = {_task_name(workload): template.family.name}
-        with measurement_pipeline(target, pipeline, builder, runner) as (builder, runner), \
+        with measurement_pipeline(target, pipeline, builder, runner, budget=tuning_budget) as (builder, runner), \
                 guard_metaschedule_logger():
             kept = CandidateRecorder(work_dir=work_dir, strategy=strategy,
                                      clock=lambda: tuning_budget.spent, builder=builder, runner=runner)

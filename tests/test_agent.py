@@ -85,17 +85,20 @@ def test_the_shipped_agent_steers_a_real_tune(tmp_path):
     out = tmp_path / "result.json"
     # a softmax, which no kernel family takes: on a GEMM (batched ones too, since the CPU GEMM
     # family takes attention's) the family's kernel is the bar, and MetaSchedule's search stops
-    # before its fine phase when it cannot pass it
+    # before its fine phase when it cannot pass it. A trial cap, not a tight budget, ends the run:
+    # its coarse phase ends once every region is measured (~36 trials), and a slow machine whose
+    # first batch eats a 20 s budget still reaches the fine phase
     result = CliRunner().invoke(main, ["tune-op", "softmax-128x768", "--strategy", "agent", "--budget",
-                                       "20s", "--target", "llvm", "--seed", "1", "--trials-per-batch", "4",
-                                       "--no-experience", "--work-dir", str(tmp_path / "w"), "--json-out", str(out)])
+                                       "90s", "--max-trials", "56", "--target", "llvm", "--seed", "1",
+                                       "--trials-per-batch", "4", "--no-experience", "--work-dir", str(tmp_path / "w"),
+                                       "--json-out", str(out)])
     assert result.exit_code == 0, result.output
     assert json.loads(out.read_text())["strategy"] == "agent"
     (log_path,) = (tmp_path / "w" / "kb_logs").glob("*.jsonl")
     events = read_log(log_path)
     macros = [e for e in events if e["event"] == "macro"]
     fine = [e for e in events if e["event"] == "proposals"]
-    assert macros and len(macros) >= len(fine)
+    assert fine and len(macros) >= len(fine), result.output
     for e in macros:
         assert e["action"] in ("explore", "exploit", "refine", "stop", "rules") and e["why"]
         assert set(e["state"]) == set(FEATURES) and e["source"] in ("policy", "fallback")

@@ -149,14 +149,18 @@ def _unrolled(n: int):
     return unrolled
 
 
-def test_a_build_far_slower_than_those_that_succeeded_is_cut_at_the_adapted_limit(llvm_target):
+def test_a_build_far_slower_than_those_that_succeeded_or_past_the_budget_is_cut(llvm_target):
     import tvm
 
     from kb_tvm.measure.pipeline import BuildPool
 
-    pool = BuildPool(workers_count=1, timeout_s=60, floor_s=1, slow_factor=5)
+    left = [1e6]  # seconds left in the job's budget
+    pool = BuildPool(workers_count=1, timeout_s=60, floor_s=1, slow_factor=5, seconds_left=lambda: left[0])
     try:
         assert pool.limit_s == 60  # nothing built yet: a cold machine gets the whole allowance
+        left[0] = 2.0
+        assert pool.limit_s == 3.0  # ... but no more than the budget left, and a second's grace
+        left[0] = 1e6
         quick = tvm.IRModule({"main": _unrolled(16)})
         [first] = pool.build([(quick, llvm_target)])
         assert first.error is None
@@ -167,6 +171,10 @@ def test_a_build_far_slower_than_those_that_succeeded_is_cut_at_the_adapted_limi
         assert slow.error == f"build: timeout, killed after {limit:g} s"
         assert after.error is None  # the worker was replaced and built the next one
         assert pool.limit_s == limit  # a failure does not raise the limit
+
+        left[0] = 0.25  # the budget nearly spent: no build runs past it (and its grace)
+        [cut] = pool.build([(tvm.IRModule({"main": _unrolled(16000)}), llvm_target)])
+        assert cut.error == f"build: timeout, killed after {min(limit, 1.25):g} s"
     finally:
         pool.close()
 

@@ -4,6 +4,7 @@ stock MetaSchedule searches as well as KBSearch."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tvm.ir.utils import derived_object
@@ -24,14 +25,17 @@ class KBBuilder(PyBuilder):
     (nothing is linked per candidate at run time; KBRunner and LocalRunner both load them).
     `stream_to`: a KBRunner that starts timing each candidate as soon as it is built, while the
     rest of the batch still builds (worth it where builds and measurements use different
-    hardware, i.e. on a GPU; on a CPU they would share cores and disturb the timings)."""
+    hardware, i.e. on a GPU; on a CPU they would share cores and disturb the timings).
+    `seconds_left`: what is left of the job's budget, e.g. `lambda: budget.remaining`; no build
+    runs past it."""
 
     def __init__(self, *, workers: int, timeout_s: float = 30.0, builds_per_worker: int = 256,
-                 stream_to: KBRunner | None = None) -> None:
+                 stream_to: KBRunner | None = None, seconds_left: Callable[[], float] | None = None) -> None:
         super().__init__()
         check_option("stream_to", stream_to, stream_to is None or hasattr(stream_to, "prefetch"),
                      "must be a KBRunner or None")
-        self.pool = BuildPool(workers_count=workers, timeout_s=timeout_s, builds_per_worker=builds_per_worker)
+        self.pool = BuildPool(workers_count=workers, timeout_s=timeout_s, builds_per_worker=builds_per_worker,
+                              seconds_left=seconds_left)
         self.stream_to = stream_to
         self.last_batch: list = []  # the last batch's Outcomes: seconds and worker per candidate
         # each result's Outcome until the candidate log takes it: with several tasks' batches in

@@ -56,20 +56,26 @@ def _failure(err: BaseException, what: str, timeout_s: float) -> str:
 
 
 # A build may take SLOW_BUILD_FACTOR times the slowest build that succeeded so far, never less than
-# BUILD_FLOOR_S (a recycled worker's first build also imports TVM: 2-8 s) nor more than timeout_s.
-# A pathological schedule (a softmax unrolled into LLVM for minutes) then costs its worker 30 s,
-# not the cold-start allowance: at 120 s two of them stalled a 60-s CPU budget for 4 minutes.
+# BUILD_FLOOR_S nor more than timeout_s (a worker imports TVM in its initializer, which no timeout
+# covers, so the floor is for LLVM's own slow starts). A pathological schedule (a softmax unrolled
+# into LLVM for minutes) then costs its worker 10 s, not the cold-start allowance: at 120 s two of
+# them stalled a 60-s CPU budget for 4 minutes, and at 30 s one ate a 20-s budget whole.
 SLOW_BUILD_FACTOR = 20
-BUILD_FLOOR_S = 30.0
+BUILD_FLOOR_S = 10.0
+# and never past the job's budget by more than this: a build cut there fails, a build let run
+# past it spends seconds the user did not give
+BUDGET_GRACE_S = 1.0
 
 
 class BuildPool:
     """Persistent build workers. `build(pairs)` builds (module, target) pairs in parallel and
     returns an Outcome per pair, in order, whose value is a shared library's path. `timeout_s`
-    bounds the first builds (a cold machine); later ones get `limit_s`."""
+    bounds the first builds (a cold machine); later ones get `limit_s`. `seconds_left`: what is
+    left of the job's budget (None: no budget); no build runs past it."""
 
     def __init__(self, *, workers_count: int, timeout_s: float, builds_per_worker: int = 256,
-                 floor_s: float = BUILD_FLOOR_S, slow_factor: float = SLOW_BUILD_FACTOR) -> None:
+                 floor_s: float = BUILD_FLOOR_S, slow_factor: float = SLOW_BUILD_FACTOR,
+                 seconds_left: Callable[[], float] | None = None) -> None:
         from tvm.support.popen_pool import PopenPoolExecutor
 
         if not (isinstance(workers_count, int) and workers_count >= 1):
@@ -81,7 +87,10 @@ class BuildPool:
         if not slow_factor >= 1:
             raise ValueError(f"slow_factor={slow_factor!r}: must be at least 1")
         self.timeout_s = float(timeout_s)
+        if seconds_left is not None and not callable(seconds_left):
+            raise ValueError(f"seconds_left={seconds_left!r}: must be a callable returning seconds, or None")
         self.floor_s, self.slow_factor = float(floor_s), float(slow_factor)
+        self.seconds_left = seconds_left
         self.slowest_ok_s: float | None = None
         self.workers_count = workers_count
         self.artifact_dir = tempfile.mkdtemp(prefix="kb-artifacts-")
@@ -114,9 +123,12 @@ class BuildPool:
     @property
     def limit_s(self) -> float:
         """Seconds the next batch's builds may each take."""
-        if self.slowest_ok_s is None:
-            return self.timeout_s
-        return min(self.timeout_s, max(self.floor_s, self.slow_factor * self.slowest_ok_s))
+        limit = self.timeout_s
+        if self.slowest_ok_s is not None:
+            limit = min(limit, max(self.floor_s, self.slow_factor * self.slowest_ok_s))
+        if self.seconds_left is not None:
+            limit = min(limit, max(0.0, self.seconds_left()) + BUDGET_GRACE_S)
+        return limit
 
     def worker_pids(self) -> set[int]:
         """The live workers' process ids (a test watches them stay the same across batches)."""

@@ -150,7 +150,7 @@ def tune_model(
                            for name, seconds in default_latency.items()}
         database = RecordDatabase(work_dir=work_dir)
         recorder = ProgressRecorder(on_progress=measured)
-        with measurement_pipeline(target, pipeline, builder, runner) as (builder, runner), \
+        with measurement_pipeline(target, pipeline, builder, runner, budget=tuning_budget) as (builder, runner), \
                 guard_metaschedule_logger():
             if uses_kb:  # with a KBRunner on several devices, several tasks' batches at once
                 scheduler = KBTaskScheduler(budget=tuning_budget, on_event=emit, default_latency=current_latency,
