@@ -9,9 +9,11 @@ task with the highest expected gain per second:
 
     weight x latency x predicted relative improvement of its next batch / predicted seconds
 
-where the predicted improvement blends the task's own recent improvements with what similar
-tasks gained at the same point: tasks of the model (a similarity graph, networkx) and similar
-workloads tuned before (the experience library).
+where the predicted improvement blends the search's own recent improvements with what similar
+tasks' searches gained at the same point: tasks of the model (a similarity graph, networkx) and
+similar workloads tuned before (the experience library). A search behind the latency the model
+runs now (a default schedule or a kernel family's kernel) gains the model only what falls
+below it: its rate is that of catching up, over the batches it would take (catch_up_gain).
 
 Shares are re-computed from every task's current best latency before each choice (Amdahl): a
 task retired as trivial comes back when the others have got fast enough that it is not.
@@ -45,7 +47,9 @@ class TaskStats:
     latency_default: float | None = None  # its default schedule (untuned build), seconds
     latency_before: float | None = None  # default schedule, else best of the first batch, seconds
     latency: float | None = None  # best so far (a tuned record or the default), seconds
-    improvements: list[float] = field(default_factory=list)  # relative gain of each batch after the first
+    # relative gain of the search's own best in each batch after the first (the model gains
+    # only what falls below `latency`: catch_up_gain)
+    improvements: list[float] = field(default_factory=list)
     batch_seconds: list[float] = field(default_factory=list)
     retired: str | None = None  # why it gets no more seconds
     # retired as trivial (by its share of model time): it keeps its search and comes back if its share grows
@@ -76,17 +80,26 @@ class TaskStats:
         self.trials += trials
         self.batch_seconds.append(seconds)
         if best_latency is None:
-            if self.latency is not None:
+            if self.best_tuned is not None:
                 self.improvements.append(0.0)
             return
+        if self.best_tuned is not None:
+            self.improvements.append(max(0.0, (self.best_tuned - best_latency) / self.best_tuned))
         self.best_tuned = best_latency if self.best_tuned is None else min(self.best_tuned, best_latency)
         if self.latency is None:
             # the build keeps the default schedule where tuning has not beaten it yet
             self.latency_before = self.latency_default if self.latency_default is not None else best_latency
             self.latency = min(best_latency, self.latency_before)
             return
-        self.improvements.append(max(0.0, (self.latency - best_latency) / self.latency))
         self.latency = min(self.latency, best_latency)
+
+    @property
+    def behind(self) -> float:
+        """The search's best over the latency the model runs now (1: the search leads; 3: the
+        default schedule or a kernel family's kernel is 3x faster than anything it found)."""
+        if self.best_tuned is None or not self.latency:
+            return 1.0
+        return max(1.0, self.best_tuned / self.latency)
 
 
 def expected_shares(tasks: list[TaskStats]) -> list[float]:
@@ -126,10 +139,12 @@ def improvement_curve(trajectory: list) -> list[float]:
     return [max(0.0, (a - b) / a) for a, b in zip(bests, bests[1:]) if a > 0]
 
 
-def predicted_improvement(task: TaskStats, neighbour_curves: list[list[float]], prior: float = 0.3) -> float:
-    """Relative improvement the task's next batch should buy. neighbour_curves: improvement
-    curves of similar tasks (of this model, or tuned before)."""
-    at = len(task.improvements)  # the index of the improvement the next batch would add
+def predicted_improvement(task: TaskStats, neighbour_curves: list[list[float]], prior: float = 0.3,
+                          ahead: int = 0) -> float:
+    """Relative improvement of the search's best that the task's next batch (`ahead` batches
+    after it) should buy. neighbour_curves: improvement curves of similar tasks (of this
+    model, or tuned before)."""
+    at = len(task.improvements) + ahead  # the index of the improvement that batch would add
     seen = [curve[at] for curve in neighbour_curves if len(curve) > at]
     # early batches gain a lot, later ones less; similar tasks say how fast it fades. The prior
     # counts as one of them: neighbours that happened to gain nothing at this point must not
@@ -142,6 +157,25 @@ def predicted_improvement(task: TaskStats, neighbour_curves: list[list[float]], 
     own = sum(recent) / len(recent)
     trust = at / (at + 2.0)
     return trust * own + (1.0 - trust) * expected
+
+
+def catch_up_gain(behind: float, improvements: list[float]) -> tuple[float, int]:
+    """(relative model gain per batch, over how many batches) for a search whose best is
+    `behind` x the latency the model runs now, and improves by `improvements[k]` in its
+    next batches: the model gains only what falls below that latency, so a search 3x behind
+    a kernel family's kernel is worth a batch only if it can catch up (the best rate over the
+    batches it would take), not for its own progress (seen: 157 s of a 4-min H200 decoder tune
+    on MetaSchedule GEMMs that never came near the Hopper kernels)."""
+    best, batches, level = 0.0, 1, behind
+    for k, improvement in enumerate(improvements, 1):
+        level *= 1.0 - improvement
+        if (1.0 - level) / k > best:
+            best, batches = (1.0 - level) / k, k
+    return best, batches
+
+
+# how many batches ahead a task behind its current latency is judged over (catch_up_gain)
+CATCH_UP_BATCHES = 8
 
 
 def default_unbeaten(task: TaskStats, batches: int = 2) -> bool:
@@ -243,7 +277,10 @@ def choose_next(
         neighbours = [tasks[j].improvements for j in graph.neighbors(i)] + task.borrowed_improvements
         seconds = sum(task.batch_seconds[-3:]) / len(task.batch_seconds[-3:]) if task.batch_seconds \
             else default_batch_seconds
-        gain = task.model_seconds * predicted_improvement(task, neighbours) / max(seconds, 1e-3)
+        ahead = max(1, min(CATCH_UP_BATCHES, int(seconds_left / max(seconds, 1e-3)))) if task.behind > 1.0 else 1
+        per_batch, _ = catch_up_gain(task.behind, [predicted_improvement(task, neighbours, ahead=k)
+                                                   for k in range(ahead)])
+        gain = task.model_seconds * per_batch / max(seconds, 1e-3)
         gains[i] = gain / model_time  # fraction of model time gained per second
         if gains[i] * seconds_left < min_gain_left:
             pace = (f"expected gain {gains[i]:.1e} of model time per second buys "

@@ -105,8 +105,37 @@ def test_a_first_batch_slower_than_the_default_keeps_the_default_as_latency():
     task = TaskStats("fused_matmul_add", weight=1, flop=1e9, latency_default=1e-3)
     task.record_batch(10.0, 16, 3e-3)  # the build would keep the default schedule
     assert task.latency_before == pytest.approx(1e-3) and task.latency == pytest.approx(1e-3)
+    assert task.behind == pytest.approx(3.0)
     task.record_batch(10.0, 16, 0.5e-3)
-    assert task.latency == pytest.approx(0.5e-3) and task.improvements == [pytest.approx(0.5)]
+    # the search's own curve (3 -> 0.5 ms); the model's latency went 1 -> 0.5 ms
+    assert task.latency == pytest.approx(0.5e-3) and task.improvements == [pytest.approx(5 / 6)]
+    assert task.behind == 1.0
+
+
+def test_a_search_far_behind_the_kernel_in_use_gets_no_more_batches_one_close_behind_does():
+    from kb_tvm.allocation import catch_up_gain
+
+    assert catch_up_gain(1.0, [0.3, 0.1]) == (pytest.approx(0.3), 1)  # leading: its next batch's gain
+    fading = [0.3 / (1 + k) for k in range(8)]  # the prior's curve, with nothing better known
+    assert catch_up_gain(3.0, fading)[0] == 0.0  # 3 x 0.7 x 0.85 x ... x 0.96 > 1: never catches up
+    assert catch_up_gain(3.0, [0.3] * 8)[0] > 0  # 3 x 0.7^4 < 1: a search that keeps its pace does
+    gain, batches = catch_up_gain(1.2, [0.3, 0.2, 0.1])
+    assert batches == 2 and gain == pytest.approx((1 - 1.2 * 0.7 * 0.8) / 2)
+
+    # a decoder on a GPU: each GEMM runs a kernel family's kernel (its "default" here), which
+    # MetaSchedule's first batch is 3x behind; the norm's search leads its default
+    def tasks():
+        gemm = TaskStats("fused_matmul_cast", weight=1, flop=1e10, latency_default=0.1e-3)
+        norm = TaskStats("fused_mean_add_sqrt", weight=1, flop=1e6, latency_default=0.02e-3)
+        gemm.record_batch(10.0, 64, 0.3e-3)
+        norm.record_batch(10.0, 64, 0.018e-3)
+        return [gemm, norm]
+
+    choice = choose_next(tasks(), default_batch_seconds=10, seconds_left=200)
+    assert choice.task == 1 and choice.gain_per_second[0] == 0.0 and "expected gain" in choice.retired[0]
+    close = tasks()
+    close[0].record_batch(10.0, 64, 0.11e-3)  # one batch later it is 1.1x behind, gaining fast
+    assert choose_next(close, default_batch_seconds=10, seconds_left=200).gain_per_second[0] > 0
 
 
 def test_curves_borrowed_from_similar_workloads_tuned_before_steer_the_allocation():

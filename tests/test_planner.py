@@ -188,6 +188,15 @@ def test_a_search_stops_when_the_budget_is_spent_a_batch_would_overrun_or_gains_
     assert plan.why_stop() == "budget spent"
 
 
+def test_with_a_faster_kernel_outside_the_space_the_first_batch_only_probes():
+    plan, _ = _planner(total=100.0)
+    assert plan.batch_size(0, probe=True) == 2  # a quarter of 8, no fewer than the 2 cores
+    plan.batches = 1
+    assert plan.batch_size(0, probe=True) == 8  # later batches are full
+    plan, _ = _planner(total=100.0)
+    assert plan.batch_size(0) == 8
+
+
 def test_a_search_stops_when_its_pace_would_not_reach_a_faster_kernel_outside_its_space():
     # a 90-s tune-op of gemm-4096-fp16 on an H200: the template's kernel at
     # 0.2335 ms in 7 s, MetaSchedule's best after each batch (own seconds); the model's

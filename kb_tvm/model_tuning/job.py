@@ -160,8 +160,11 @@ def tune_model(
                                             ceilings=ceilings, ceiling_source=ceiling and ceiling.describe())
             else:
                 scheduler = "gradient"
+            # a family's kernel is each such task's bar, as in tune-op: gains count below it
             search, cost_model = make_search(strategy, tuning_budget, seed=seed, repeatable=repeatable,
-                                             experience=experience, log_dir=str(work_dir / "kb_logs"))
+                                             experience=experience, log_dir=str(work_dir / "kb_logs"),
+                                             outside_best={name: c.seconds for name, c in found.items()},
+                                             outside_names={name: c.family.name for name, c in found.items()})
             kept = CandidateRecorder(work_dir=work_dir, strategy=strategy,
                                      clock=lambda: tuning_budget.spent, builder=builder, runner=runner)
             # tune_relax, with the tasks TVM's rules fail on in their fallback space or left out

@@ -108,7 +108,8 @@ class TaskSearch:
             return None
         if not self.sampled:
             self._sample_regions()
-        n = self.plan.batch_size(sum(c.origin.startswith("borrowed:") for c in self.pinned))
+        n = self.plan.batch_size(sum(c.origin.startswith("borrowed:") for c in self.pinned),
+                                 probe=self.outside_best_s is not None)
         if n is None:
             self.stop(self.plan.stop_reason)
             return None
