@@ -215,13 +215,23 @@ class GemmTile:
                 out.append(f"{self.shared_bytes} bytes of shared memory (at most {MAX_SHARED_BYTES}): fewer stages")
         return out
 
-    def fits(self, m: int, n: int, k: int, batch: int = 1, b_batched: bool = False) -> list[str]:
+    def fits(self, m: int, n: int, k: int, batch: int = 1, b_batched: bool = False,
+             b_columns: int | None = None) -> list[str]:
         """Why this tile cannot compute an (m, n, k) GEMM (`batch` of them, with a B each where
         `b_batched`); empty when it can. Shapes off the tile are computed whole: TMA fills what
-        lies past M, N or K with zeros, the stores are guarded. Rows of 16 bytes are TMA's rule (N
-        and K multiples of 8); a split-K variant's splits take whole K-tiles, the same number each."""
-        out = [f"{name}={size} is not a multiple of 8 (TMA copies rows of 16 bytes)"
-               for name, size in (("N", n), ("K", k)) if size % 8]
+        lies past M, N or K with zeros, the stores are guarded. Rows of 16 bytes are TMA's rule:
+        K a multiple of 8, and B[K, N]'s rows too, N or the `b_columns` B is padded to (one B
+        for all, zeros past N: GPT-2's 50257 words); a split-K variant's splits take whole
+        K-tiles, the same number each."""
+        out = [] if k % 8 == 0 else [f"K={k} is not a multiple of 8 (TMA copies rows of 16 bytes)"]
+        if b_columns is not None:
+            if self.b_layout != "kn" or b_batched or not (isinstance(b_columns, int) and b_columns >= n):
+                out.append(f"b_columns={b_columns!r}: B[K, N]'s padded rows, at least N={n}, with one B for all")
+            elif b_columns % 8:
+                out.append(f"b_columns={b_columns} is not a multiple of 8 (TMA copies rows of 16 bytes)")
+        elif self.b_layout == "kn" and n % 8:
+            out.append(f"N={n} is not a multiple of 8 (TMA copies B[K, N]'s rows of 16 bytes): B padded with zero "
+                       "columns to a multiple of 8 (b_columns) is")
         if batch > 1 and b_batched and self.b_layout == "kn" and k % self.bk:
             out.append(f"K={k} is not a multiple of {self.bk}: a batch's last K-tile of B[K, N] would run into "
                        "the next batch's")
@@ -232,7 +242,7 @@ class GemmTile:
 
 
 def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, epilogue=None, sms: int = SMS,
-         batch: int = 1, b_batched: bool = False):
+         batch: int = 1, b_batched: bool = False, b_columns: int | None = None):
     """The PrimFunc main(A[m, k], B[n, k] or B[k, n], C[m, n]) for one variant. epilogue(acc, row,
     col): the value stored at C[row, col] from its fp32 accumulator (default: acc cast to
     out_dtype); it may read buffers that are not parameters of main, which the caller then adds
@@ -241,14 +251,15 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
     `batch` > 1: `batch` GEMMs with their matrices one after the other, A[batch * m, k] and
     C[batch * m, n] (the epilogue's row counts across them), and B as [batch * n, k] or
     [batch * k, n] where `b_batched`, else one B for all. A tile's rows or columns past its
-    GEMM's M or N read the next one's, and are not stored."""
+    GEMM's M or N read the next one's, and are not stored. `b_columns`: B[K, N] is given padded to
+    that many columns (zeros past N), where N's rows are not 16 bytes (GemmTile.fits)."""
     from tvm.backend.cuda.tile_primitive.tma_utils import SwizzleMode, mma_shared_layout
     from tvm.script import tirx as T
     from tvm.tirx.script import tile as Tx
 
     if not (isinstance(batch, int) and batch >= 1):
         raise ValueError(f"batch={batch!r}: an integer >= 1")
-    misfit = tile.fits(m, n, k, batch, b_batched)
+    misfit = tile.fits(m, n, k, batch, b_batched, b_columns)
     if misfit:
         raise ValueError(f"GemmTile({tile.describe()}) cannot compute {m}x{n}x{k}"
                          + (f" (batch {batch})" if batch > 1 else "") + ": " + "; ".join(misfit))
@@ -263,8 +274,10 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
     grid_m, grid_n, k_tiles = -(-m // bm), -(-n // bn), -(-k // bk) // splits  # k_tiles: of one split
     cluster = tile.cluster_m
     cluster_rows = -(-grid_m // cluster)  # a tile of a cluster: `cluster` block rows, one block column
-    # the last tiles' stores are guarded (N's come in whole groups of 8)
+    # the last tiles' stores are guarded; with N odd, a pair's second element too
     ragged = bool(m % (bm * cluster) or n % bn)
+    # a pair's one store is 4- or 8-byte aligned where N is even (its column is)
+    paired = tile.paired_stores and n % 2 == 0
     tiles = cluster_rows * grid_n * batch * splits
     clusters = min(tiles, sms // cluster) if tile.persistent else tiles
     ctas = clusters * cluster
@@ -288,6 +301,7 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
     prefetch = min(stages - 1, k_tiles)
     c_shape = (splits, batch * m, n) if splits > 1 else (batch * m, n)
     b_rows = (batch if b_batched else 1) * (k if b_kn else n)
+    b_shape = (b_rows, b_columns or n) if b_kn else (b_rows, k)
     producer = tile.producer
     consumer_threads = WARPGROUP_THREADS * tile.consumers
     consumer_registers = tile.consumer_registers
@@ -397,17 +411,23 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
         """C[row, col] and C[row, col + 1] (a split's partial sums: C[split, row, ..]) from two
         accumulators, with one 4- or 8-byte store where `paired_stores`."""
         if splits > 1:
-            if tile.paired_stores:
+            if paired:
                 T.cuda.func_call(pair_name, T.address_of(C[split, row, col]), a0, a1, source_code=pair_source)
             else:
                 C[split, row, col] = a0
-                C[split, row, col + 1] = a1
-        elif tile.paired_stores:
+                if n % 2 == 0:
+                    C[split, row, col + 1] = a1
+                elif col + 1 < n:
+                    C[split, row, col + 1] = a1
+        elif paired:
             T.cuda.func_call(pair_name, T.address_of(C[row, col]), epilogue(a0, row, col),
                              epilogue(a1, row, col + 1), source_code=pair_source)
         else:
             C[row, col] = epilogue(a0, row, col)
-            C[row, col + 1] = epilogue(a1, row, col + 1)
+            if n % 2 == 0:
+                C[row, col + 1] = epilogue(a1, row, col + 1)
+            elif col + 1 < n:
+                C[row, col + 1] = epilogue(a1, row, col + 1)
 
     @T.macro
     def store(C, acc, block_m, block_n, wg, lane, split, first_row):
@@ -433,7 +453,7 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
     @T.prim_func(check_well_formed=False)  # an epilogue's buffers are main's parameters once the caller adds them
     def main(a_ptr: T.handle, b_ptr: T.handle, c_ptr: T.handle) -> None:
         A = T.match_buffer(a_ptr, (batch * m, k), dtype)
-        B = T.match_buffer(b_ptr, (b_rows, n) if b_kn else (b_rows, k), dtype)
+        B = T.match_buffer(b_ptr, b_shape, dtype)
         C = T.match_buffer(c_ptr, c_shape, out_dtype)
         T.device_entry()
         if tile.setmaxnreg:
@@ -562,7 +582,7 @@ def tiles_of_block(cta, *, tiles: int, ctas: int):
     return (tiles - 1 - cta) // ctas + 1
 
 
-# one store of two neighbouring elements (col even, N a multiple of 8: 4- or 8-byte aligned)
+# one store of two neighbouring elements (col and N even: 4- or 8-byte aligned)
 _PAIR_TYPES = {"float16": ("half", "half2", "__halves2half2"),
                "bfloat16": ("nv_bfloat16", "nv_bfloat162", "__halves2bfloat162"),
                "float32": ("float", "float2", "make_float2")}
@@ -579,12 +599,12 @@ def sm90a_target():
 
 
 def compile_gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, batch: int = 1,
-                 b_batched: bool = False):
-    """The compiled module (callable as mod(A, B, C)) for one variant on sm_90a (gemm's batch and
-    b_batched)."""
+                 b_batched: bool = False, b_columns: int | None = None):
+    """The compiled module (callable as mod(A, B, C)) for one variant on sm_90a (gemm's batch,
+    b_batched and b_columns)."""
     import tvm
 
     target = sm90a_target()
     with target:
-        main = gemm(m, n, k, tile, out_dtype, batch=batch, b_batched=b_batched)
+        main = gemm(m, n, k, tile, out_dtype, batch=batch, b_batched=b_batched, b_columns=b_columns)
         return tvm.compile(tvm.IRModule({"main": main}), target=target, tir_pipeline="tirx")

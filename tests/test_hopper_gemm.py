@@ -120,14 +120,31 @@ def test_shapes_off_the_tile_are_computed_whole_with_guarded_stores():
     # the stores past row 200 or column 264 are skipped: 200 = 128 + 8 * 8 + 8, 264 = 256 + 8
     assert "< 25)" in ragged and "((int)blockIdx.x) < 4)" in ragged
     assert "< 25)" not in on_tile and ragged.count("if (") > on_tile.count("if (")
-    with pytest.raises(ValueError, match=re.escape("N=100 is not a multiple of 8 (TMA copies rows of 16 bytes); "
-                                                   "K=100 is not a multiple of 8")):
+    with pytest.raises(ValueError, match=re.escape("K=100 is not a multiple of 8 (TMA copies rows of 16 bytes)")):
         gemm(200, 100, 100, tile)
     split = GemmTile(bm=64, bn=64, k_splits=2)  # split-K: whole K-tiles, as many for each split
     assert split.fits(200, 264, 256) == [] and split.fits(200, 264, 192) == [
         "K=192 is not a multiple of 128 (2 splits of whole 64-wide K-tiles)"]
     partials = compile_gemm(77, 264, 256, split, "float32").mod.imports[0].inspect_source()
     assert "< 77)" in partials or "< 13)" in partials  # rows past M are not stored
+
+
+def test_an_odd_n_is_stored_an_element_at_a_time_and_b_k_by_n_padded_to_whole_16_byte_rows():
+    # ViT's attention scores (197 columns) and GPT-2's head (50257 words)
+    nk = GemmTile(bm=64, bn=64)
+    odd = compile_gemm(128, 197, 64, nk, "float16").mod.imports[0].inspect_source()
+    even = compile_gemm(128, 198, 64, nk, "float16").mod.imports[0].inspect_source()
+    # a pair's one store would be misaligned on odd rows, and the last column's pair runs past N
+    assert "kb_store_pair_float16(" in even and "kb_store_pair_float16(" not in odd
+    assert odd.count("if (") > even.count("if (")
+    kn = GemmTile(bm=64, bn=64, b_layout="kn")
+    with pytest.raises(ValueError, match=re.escape("N=197 is not a multiple of 8 (TMA copies B[K, N]'s rows")):
+        gemm(128, 197, 64, kn)
+    padded = compile_gemm(128, 197, 64, kn, "float16", b_columns=200).mod.imports[0].inspect_source()
+    assert "wgmma.mma_async" in padded and "kb_store_pair_float16(" not in padded
+    assert kn.fits(128, 197, 64, b_columns=204) == ["b_columns=204 is not a multiple of 8 (TMA copies rows of 16 bytes)"]
+    assert "at least N=197, with one B for all" in kn.fits(128, 197, 64, b_columns=192)[0]
+    assert "at least N=197, with one B for all" in nk.fits(128, 197, 64, b_columns=200)[0]
 
 
 def test_a_fused_tasks_kernel_computes_its_epilogue_and_takes_its_parameters_in_order():

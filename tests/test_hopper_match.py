@@ -186,3 +186,37 @@ def test_tune_op_opens_the_template_region_only_for_a_half_precision_gemm_on_hop
         assert events == []
     else:
         assert skipped in next(e["why"] for e in events if e["family"] == family)
+
+
+def test_a_constant_b_whose_rows_are_not_16_bytes_is_padded_once_at_build():
+    # GPT-2's head: 50257 words, B[K, N] a constant (here 197 columns)
+    import numpy as np
+    import tvm
+    from tvm import te
+
+    from kb_tvm.kernels.hopper_gemm.family import FAMILY
+
+    a = te.placeholder((128, 64), "float16", name="A")
+    b = te.placeholder((64, 197), "float16", name="B")
+    r = te.reduce_axis((0, 64), name="k")
+    c = te.compute((128, 197), lambda i, j: te.sum(a[i, r].astype("float32") * b[r, j].astype("float32"), axis=r),
+                   name="C")
+    problem = match_hopper_gemm(tvm.IRModule({"main": te.create_prim_func([a, b, c])}))
+    target = tvm.target.Target({"kind": "cuda", "arch": "sm_90", "host": {"kind": "llvm"}})
+    with pytest.raises(NotAGemm, match="N=197 is not a multiple of 8 and B.K, N. is not one constant"):
+        FAMILY.variants(problem, target)
+    search = FAMILY.variants(problem, target, constants=frozenset({1}))
+    assert search.pool and all(t.k_splits == 1 for t in search.pool)  # a split-K takes B unpadded
+    kernel = FAMILY.build(problem, search.ask(), target, "head")
+    assert kernel.shapes == ((128, 64), (64, 200), (128, 197))
+    (index, pack), = kernel.packs
+    assert index == 1
+    padded = tvm.compile(tvm.IRModule({"main": pack}), target="llvm")
+    given = np.arange(64 * 197, dtype="float16").reshape(64, 197)
+    out = tvm.runtime.tensor(np.ones((64, 200), "float16"))
+    padded["main"](tvm.runtime.tensor(given), out)
+    assert (out.numpy()[:, :197] == given).all() and not out.numpy()[:, 197:].any()
+    from kb_tvm.kernels.extern import compile_kernels
+
+    source = compile_kernels([kernel], target).imports[0].inspect_source()
+    assert "wgmma.mma_async" in source and "kb_store_pair" not in source  # odd N: an element at a time

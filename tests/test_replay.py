@@ -218,9 +218,13 @@ def test_a_faster_kernel_outside_the_space_stops_the_search_once_beating_it_no_l
         env = ReplayEnv(made_up(bowl), budget=200)
         policy = RulesPolicy(outside_best_s=outside)
         policy.run(env, seed=0)
-        runs[outside] = (env.seconds, env.trials, policy.events)
-    assert runs[None][:2] == runs[2e-5][:2]  # a slower kernel outside changes nothing
-    seconds, trials, events = runs[3e-6]
+        runs[outside] = (env.seconds, env.trials, policy.events, env.best_s)
+    # a kernel outside makes the first batch a probe (a quarter batch); a slower one changes
+    # nothing else: the same best is found
+    first = [len(next(e["candidates"] for e in run[2] if e["event"] == "batch")) for run in runs.values()]
+    assert first == [16, 4, 4]
+    assert runs[None][3] == runs[2e-5][3] == pytest.approx(1e-5)
+    seconds, trials, events, _ = runs[3e-6]
     # the coarse phase ranked the kernel outside beside the space's regions, first
     ranking = next(e["regions"] for e in events if e["event"] == "regions")
     assert ranking[0]["region"] == "outside" and ranking[0]["kept"]

@@ -82,10 +82,11 @@ class FusedGemm:
             computed.append((block.body.buffer, value))
         return value
 
-    def kernel(self, tile, symbol: str):
+    def kernel(self, tile, symbol: str, b_columns: int | None = None):
         """The Hopper template's kernel (schedules/hopper_gemm.py) for this task and variant,
         exported as `symbol`. It takes the task's parameters in the task's order, A, B and C as 2-D
-        (the caller reshapes them: a view), the others as they are."""
+        (the caller reshapes them: a view), the others as they are; with `b_columns`, B[K, N]
+        padded to that many columns (`padded_b`)."""
         from ..schedules.hopper_gemm import gemm
 
         p = self.problem
@@ -96,7 +97,8 @@ class FusedGemm:
         if tile.k_splits > 1:  # main(A, B, P): the partial sums; `summed` applies the epilogue
             return gemm(p.m, p.n, p.k, tile, "float32", **batched).with_attr("global_symbol", symbol)
         return self._with_task_params(
-            lambda epilogue: gemm(p.m, p.n, p.k, tile, p.out_dtype, epilogue=epilogue, **batched), symbol)
+            lambda epilogue: gemm(p.m, p.n, p.k, tile, p.out_dtype, epilogue=epilogue, b_columns=b_columns, **batched),
+            symbol)
 
     def summed(self, splits: int, symbol: str):
         """After a split-K kernel: main(P[splits, m, n], the task's other inputs, C[m, n]) with
@@ -150,9 +152,12 @@ class FusedGemm:
     def _kernel_inputs(self) -> list:
         return kernel_inputs(self.extras)
 
-    def kernel_shapes(self) -> list[tuple[int, ...]]:
-        """The shape the kernel takes each parameter in (A, B, C as 2-D)."""
-        flat = list(zip((self.a, self.b, self.c), self.problem.gemm_shapes))
+    def kernel_shapes(self, b_columns: int | None = None) -> list[tuple[int, ...]]:
+        """The shape the kernel takes each parameter in (A, B, C as 2-D; B padded to `b_columns`)."""
+        a, b, c = self.problem.gemm_shapes
+        if b_columns is not None:
+            b = self.problem.padded_b_shape(b_columns)
+        flat = list(zip((self.a, self.b, self.c), (a, b, c)))
         return [next((shape for x, shape in flat if buf.same_as(x)), None) or kernel_shape(buf)
                 for buf in self.params]
 
@@ -251,6 +256,20 @@ def _sum_of_partials(p: GemmProblem, splits: int, epilogue, load):
                 C[vi, vj] = epilogue(total(P, vi, vj), vi, vj)
     # fmt: on
     return main
+
+
+def padded_b(p: GemmProblem, columns: int):
+    """main(B, B_padded): one B of `p` with zero columns (B[K, N]) or rows (B[N, K]) up to
+    `columns`; what the build runs once on a constant B a kernel takes padded."""
+    from tvm import te, tirx
+
+    _, shape, _ = p.gemm_shapes
+    padded = p.padded_b_shape(columns)
+    source = te.placeholder(shape, p.dtype, name="B")
+    inside = lambda i, j: tirx.all(i < shape[0], j < shape[1])  # noqa: E731
+    copy = te.compute(padded, lambda i, j: tirx.if_then_else(inside(i, j), source[i, j], tirx.const(0, p.dtype)),
+                      name="pad")
+    return te.create_prim_func([source, copy])
 
 
 def kernel_inputs(extras: list) -> list:

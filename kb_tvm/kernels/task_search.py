@@ -189,11 +189,20 @@ def _compile(kernel, target) -> list[tuple[object, str]]:
 
 
 def compile_packings(kernel, target) -> dict:
-    """The kernel's packings (`ExternKernel.packs`), compiled: input index -> library."""
+    """The kernel's packings (`ExternKernel.packs`), compiled: input index -> library. On a GPU
+    they are scheduled as the build would any kernel left unscheduled (a model's build folds
+    them on its constants, on the CPU)."""
     import tvm
+    from tvm.s_tir import dlight as dl
 
+    out = {}
     with target:
-        return {i: tvm.compile(tvm.IRModule({"main": pack}), target=target).mod for i, pack in kernel.packs}
+        for i, pack in kernel.packs:
+            mod = tvm.IRModule({"main": pack})
+            if target.kind.name == "cuda":
+                mod = dl.ApplyDefaultSchedule(dl.gpu.Fallback())(mod)
+            out[i] = tvm.compile(mod, target=target).mod
+    return out
 
 
 def kernel_arguments(kernel, arrays, device, packers: dict) -> list[list]:

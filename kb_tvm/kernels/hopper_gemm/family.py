@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ...schedules.hopper_gemm import INPUT_DTYPES, OUTPUT_DTYPES
 from ..family import KernelFamily
-from ..fused_gemm import FusedGemm, NotAGemm, match_fused_gemm
+from ..fused_gemm import FusedGemm, NotAGemm, match_fused_gemm, padded_b
 
 ARCH = "sm_90a"  # wgmma and setmaxnreg need the arch-specific target; MetaSchedule and dlight keep sm_90
 PRECISIONS = ("fp16", "bf16")
@@ -25,6 +25,14 @@ def on_hopper_in(target, precision: str | None) -> str | None:
         return f"precision {precision}: the template computes {' or '.join(PRECISIONS)}"
     if not on_hopper(target):
         return "needs an sm_90 CUDA target"
+    return None
+
+
+def b_columns(problem) -> int | None:
+    """The columns B[K, N] is padded to where its rows are not whole 16 bytes (N not a multiple
+    of 8: GPT-2's 50257 words), which TMA copies; None where it needs none."""
+    if problem.b_layout == "kn" and problem.n % 8:
+        return -(-problem.n // 8) * 8
     return None
 
 
@@ -48,8 +56,13 @@ class HopperGemm(KernelFamily):
         from .variants import VariantSearch
 
         p = problem.problem
+        columns = b_columns(p)
+        if columns is not None and (p.b_batched or problem.gemm_inputs[1] not in constants):
+            raise NotAGemm(f"N={p.n} is not a multiple of 8 and B[K, N] is not one constant to pad once at build "
+                           "(TMA copies rows of 16 bytes)")
         try:
-            return VariantSearch(p.m, p.n, p.k, p.dtype, p.b_layout, batch=p.batch, b_batched=p.b_batched)
+            return VariantSearch(p.m, p.n, p.k, p.dtype, p.b_layout, batch=p.batch, b_batched=p.b_batched,
+                                 b_columns=columns)
         except ValueError as why:  # no tile fits the shape
             raise NotAGemm(str(why)) from None
 
@@ -63,6 +76,11 @@ class HopperGemm(KernelFamily):
                                 shapes=tuple(problem.partial_shapes(splits)), arch=ARCH, takes=problem.gemm_inputs,
                                 then=problem.summed(splits, f"{symbol}_then"),
                                 then_shapes=tuple(problem.summed_shapes(splits)))
+        columns = b_columns(problem.problem)
+        if columns is not None:  # B padded once at build (a constant: `variants` asked that)
+            return ExternKernel(task=task, symbol=symbol, func=problem.kernel(params, symbol, b_columns=columns),
+                                shapes=tuple(problem.kernel_shapes(b_columns=columns)), arch=ARCH,
+                                packs=((problem.gemm_inputs[1], padded_b(problem.problem, columns)),))
         return ExternKernel(task=task, symbol=symbol, func=problem.kernel(params, symbol),
                             shapes=tuple(problem.kernel_shapes()), arch=ARCH)
 

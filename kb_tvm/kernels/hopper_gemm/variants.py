@@ -47,12 +47,13 @@ PINGPONG_EFFICIENCY = 0.92
 
 
 def variants(m: int, n: int, k: int, dtype: str = "float16", b_layout: str = "nk", batch: int = 1,
-             b_batched: bool = False) -> list[GemmTile]:
+             b_batched: bool = False, b_columns: int | None = None) -> list[GemmTile]:
     """Every variant the template admits for an (m, n, k) GEMM (tile order fixed at group_m=8),
     persistent ones (with a producer) for tilings of more than a wave of blocks, split-K ones for
     tilings of less than a wave, with at least two K-tiles a split. Off the shape, tiles that would
     compute whole 64-row or 64-column strips of padding are left out. `batch` GEMMs of the shape
-    (gemm's batch, b_batched) count as that many times the tiles. Ping-pong (two warpgroups taking
+    (gemm's batch, b_batched) count as that many times the tiles; with `b_columns` (B[K, N] padded,
+    which the build packs once) no split-K, whose kernel takes B as the task has it. Ping-pong (two warpgroups taking
     whole tiles in turns) is offered beside each persistent single-warpgroup tile: on the H200 it
     won 12% on 4096x3072x768 and lost up to 17% elsewhere, so it is measured, not assumed.
     setmaxnreg and clusters are left out: on the H200 neither won on any tile or shape tried
@@ -65,7 +66,7 @@ def variants(m: int, n: int, k: int, dtype: str = "float16", b_layout: str = "nk
                             b_layout=b_layout, dtype=dtype)
         except ValueError:  # a rule of the template: too many registers, too much shared memory
             continue
-        if tile.fits(m, n, k, batch, b_batched) or wasted(tile, m, n):
+        if tile.fits(m, n, k, batch, b_batched, b_columns) or wasted(tile, m, n):
             continue
         out.append(tile)
         tiles = -(-m // bm) * -(-n // bn) * batch
@@ -75,7 +76,7 @@ def variants(m: int, n: int, k: int, dtype: str = "float16", b_layout: str = "nk
             if consumers == 1:  # the same tile a warpgroup, two warpgroups in turns (admitted alike)
                 out.append(GemmTile(bm=bm, bn=bn, stages=stages, consumers=2, producer=True,
                                     b_layout=b_layout, dtype=dtype, persistent=True, pingpong=True))
-        if tiles < SMS:
+        if tiles < SMS and b_columns is None:
             out.extend(GemmTile(bm=bm, bn=bn, stages=stages, consumers=consumers, producer=producer,
                                 b_layout=b_layout, dtype=dtype, k_splits=splits) for splits in K_SPLIT_CHOICES
                        if k % (tile.bk * splits) == 0 and k // (tile.bk * splits) >= 2)
@@ -131,6 +132,7 @@ class VariantSearch:
     b_layout: str = "nk"
     batch: int = 1
     b_batched: bool = False
+    b_columns: int | None = None  # B[K, N] padded to this many columns (GemmTile.fits)
     patience: int = 6
     min_gain: float = 0.01
     measured: dict[GemmTile, float | None] = field(default_factory=dict)
@@ -140,9 +142,12 @@ class VariantSearch:
             raise ValueError(f"patience={self.patience!r}: at least 1 measurement")
         if not 0 <= self.min_gain < 1:
             raise ValueError(f"min_gain={self.min_gain!r}: a fraction in [0, 1)")
-        self.pool = variants(self.m, self.n, self.k, self.dtype, self.b_layout, self.batch, self.b_batched)
+        self.pool = variants(self.m, self.n, self.k, self.dtype, self.b_layout, self.batch, self.b_batched,
+                             self.b_columns)
         if not self.pool:
-            raise ValueError(f"no Hopper GEMM variant fits {self.m}x{self.n}x{self.k} (N and K multiples of 8 needed)")
+            why = "; ".join(GemmTile(b_layout=self.b_layout, dtype=self.dtype).fits(
+                self.m, self.n, self.k, self.batch, self.b_batched, self.b_columns)) or "no tile fits"
+            raise ValueError(f"no Hopper GEMM variant fits {self.m}x{self.n}x{self.k}: {why}")
 
     def corrected(self, tile: GemmTile) -> float:
         """Another depth of a tile measured right: its best time less STAGE_GAIN. Otherwise the
