@@ -4,7 +4,7 @@
 #   tune_h200.sh torch NAME...       what users would otherwise run on the same GPU: PyTorch eager fp32/fp16
 #                                    and torch.compile max-autotune fp16 -> $OUT/torch-NAME.json
 #   tune_h200.sh kb NAME...          kb-tvm tune NAME in fp16 within BUDGET (default 4m)
-#                                    -> $OUT/NAME-kb/ (report.json, report.md, log.txt)
+#                                    -> $OUT/NAME-kb/ (report.json, report.md, log.txt, kb_logs.tgz)
 #   tune_h200.sh stock NAME...       the same with stock MetaSchedule (--strategy evolutionary) -> $OUT/NAME-stock/
 # NAME: llama-2l (2 TinyLlama-sized layers, seq 512), gpt2 (GPT-2 small, seq 128), vit-b16 (224²).
 set -u
@@ -47,6 +47,8 @@ case $what in
         > "$OUT/$name-$what/log.txt" 2>&1
       echo "$what $name exit $?"
       cp "/tmp/$name-$what/report.json" "/tmp/$name-$what/report.md" "$OUT/$name-$what/" 2>/dev/null
+      # the decision logs say where a task's seconds went (sampling, builds, runs)
+      tar czf "$OUT/$name-$what/kb_logs.tgz" -C "/tmp/$name-$what" kb_logs 2>/dev/null
       grep -v Warning "$OUT/$name-$what/log.txt" | tail -25
     done ;;
 esac
