@@ -38,7 +38,7 @@ def _tune(workload_name, llvm_target, work_dir, budget, **kwargs):
 @pytest.fixture(scope="module")
 def tuned_gemm(tmp_path_factory, llvm_target):
     work_dir = tmp_path_factory.mktemp("kb-gemm")
-    search, database, recorder = _tune("gemm-128", llvm_target, work_dir, "40s")
+    search, database, recorder = _tune("gemm-128", llvm_target, work_dir, "30s")
     (log_path,) = (work_dir / "kb_logs").glob("*.jsonl")
     return search, database, recorder, read_log(log_path)
 
