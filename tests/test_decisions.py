@@ -146,3 +146,11 @@ def test_a_region_is_made_and_read_by_its_name_in_one_place():
     assert region.name == "s2/wide-vector" and Region.from_name(region.name) == region
     with pytest.raises(ValueError, match="'outside:hopper_gemm': not of the form s<space>/<template>"):
         Region.from_name("outside:hopper_gemm")
+
+
+def test_a_design_space_that_gave_no_valid_sample_in_enough_tries_stops_its_task():
+    why = stopping.empty_space(tries=34, valid=0, known=0)
+    assert why.startswith("none of its 34 samples passed MetaSchedule's postprocessors")
+    assert stopping.empty_space(tries=34, valid=1, known=0) is None
+    assert stopping.empty_space(tries=34, valid=0, known=1) is None  # a borrowed or measured schedule
+    assert stopping.empty_space(tries=stopping.EMPTY_SPACE_TRIES - 1, valid=0, known=0) is None  # too few to say

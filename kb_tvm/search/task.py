@@ -76,6 +76,7 @@ class TaskSearch:
         self.pool: list[Candidate] = []  # sampled in the coarse phase, not yet measured
         self.measured: list[Candidate] = []
         self.sampled = False
+        self.sample_tries = 0  # samples drawn by the coarse phase, valid or not
         self.stopped = False  # the stop is logged and the factory's threads released
         self.in_flight: list[Candidate] = []
         self.batch_started = 0.0
@@ -108,6 +109,11 @@ class TaskSearch:
             return None
         if not self.sampled:
             self._sample_regions()
+            why = stopping.empty_space(tries=self.sample_tries, valid=len(self.pool),
+                                       known=len(self.pinned) + len(self.measured))
+            if why is not None:
+                self.stop(why)
+                return None
         n = self.plan.batch_size(sum(c.origin.startswith("borrowed:") for c in self.pinned),
                                  probe=self.outside_best_s is not None)
         if n is None:
@@ -224,6 +230,7 @@ class TaskSearch:
                 found[space_index] += len(made)
             if self.clock() >= deadline and all(tries):
                 break
+        self.sample_tries = sum(tries)
         self.pinned += self.factory.known_good()
         self._borrow()
         self.factory.extract_features(self.pool + self.pinned)
