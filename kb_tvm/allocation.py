@@ -159,6 +159,10 @@ def predicted_improvement(task: TaskStats, neighbour_curves: list[list[float]], 
     return trust * own + (1.0 - trust) * expected
 
 
+# how many batches ahead a task behind its current latency is judged over (catch_up_gain)
+CATCH_UP_BATCHES = 8
+
+
 def catch_up_gain(behind: float, improvements: list[float]) -> tuple[float, int]:
     """(relative model gain per batch, over how many batches) for a search whose best is
     `behind` x the latency the model runs now, and improves by `improvements[k]` in its
@@ -172,10 +176,6 @@ def catch_up_gain(behind: float, improvements: list[float]) -> tuple[float, int]
         if (1.0 - level) / k > best:
             best, batches = (1.0 - level) / k, k
     return best, batches
-
-
-# how many batches ahead a task behind its current latency is judged over (catch_up_gain)
-CATCH_UP_BATCHES = 8
 
 
 def default_unbeaten(task: TaskStats, batches: int = 2) -> bool:

@@ -3,10 +3,11 @@ decision log) or None to go on. Plain Python, no TVM. The planner keeps the stat
 (rounds below the gain floor, a meta-policy's directive); a model's job retires whole tasks by
 its own rule (allocation.choose_next).
 
-In the order a batch meets them: the budget or the trial cap is spent; the next batch would
-overrun the budget; the design spaces gave no valid sample; no valid candidate is left to propose; before a fine batch, a faster kernel
-outside the space is out of the search's reach, or a meta-policy stops it; after proposals are
-scored, what is left of the budget buys too little at their expected gain."""
+In the order a batch meets them: the budget or the trial cap is spent; the design spaces gave
+no valid sample; the next batch would overrun the budget; no valid candidate is left to
+propose; before a fine batch, a faster kernel outside the space is out of the search's reach,
+or a meta-policy stops it; after proposals are scored, what is left of the budget buys too
+little at their expected gain."""
 
 from __future__ import annotations
 
