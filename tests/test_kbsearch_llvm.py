@@ -140,20 +140,24 @@ def test_kbsearch_works_in_tune_relax_with_one_shared_budget(tmp_path, llvm_targ
     from tvm import relax
     from tvm.s_tir import meta_schedule as ms
 
-    from kb_tvm import KBSearch, TuningBudget, guard_metaschedule_logger
+    from kb_tvm import KBBuilder, KBSearch, TuningBudget, guard_metaschedule_logger
 
     mod = relax.transform.LegalizeOps()(_small_relax_model())
-    budget = TuningBudget("30s")
-    with guard_metaschedule_logger():
-        ms.relax_integration.tune_relax(
-            mod, params={}, target=llvm_target, work_dir=str(tmp_path), max_trials_global=10_000,
-            num_trials_per_iter=8, cost_model="random", strategy=KBSearch(budget=budget, seed=2),
-        )
+    budget = TuningBudget("20s")
+    builder = KBBuilder(workers=2, timeout_s=60)  # as _tune's: LocalBuilder's workers start slowly
+    try:
+        with guard_metaschedule_logger():
+            ms.relax_integration.tune_relax(
+                mod, params={}, target=llvm_target, work_dir=str(tmp_path), max_trials_global=10_000,
+                num_trials_per_iter=8, cost_model="random", strategy=KBSearch(budget=budget, seed=2), builder=builder,
+            )
+    finally:
+        builder.close()
     logs = sorted((tmp_path / "kb_logs").glob("*.jsonl"))
     assert len(logs) >= 2  # one decision log per task
     stops = [read_log(p)[-1] for p in logs]
     assert all(s["event"] == "stop" for s in stops)
-    assert budget.spent < 30.0 + 30.0  # one budget for all tasks, at most a batch over
+    assert budget.spent < 20.0 + 30.0  # one budget for all tasks, at most a batch over
     database = ms.database.JSONDatabase(work_dir=str(tmp_path))
     assert len(database.get_all_tuning_records()) > 0
 
