@@ -142,7 +142,8 @@ def test_an_odd_n_is_stored_an_element_at_a_time_and_b_k_by_n_padded_to_whole_16
         gemm(128, 197, 64, kn)
     padded = compile_gemm(128, 197, 64, kn, "float16", b_columns=200).mod.imports[0].inspect_source()
     assert "wgmma.mma_async" in padded and "kb_store_pair_float16(" not in padded
-    assert kn.fits(128, 197, 64, b_columns=204) == ["b_columns=204 is not a multiple of 8 (TMA copies rows of 16 bytes)"]
+    assert kn.fits(128, 197, 64, b_columns=204) == [
+        "b_columns=204 is not a multiple of 8 (TMA copies rows of 16 bytes)"]
     assert "at least N=197, with one B for all" in kn.fits(128, 197, 64, b_columns=192)[0]
     assert "at least N=197, with one B for all" in nk.fits(128, 197, 64, b_columns=200)[0]
 

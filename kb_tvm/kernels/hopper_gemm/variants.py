@@ -52,10 +52,11 @@ def variants(m: int, n: int, k: int, dtype: str = "float16", b_layout: str = "nk
     persistent ones (with a producer) for tilings of more than a wave of blocks, split-K ones for
     tilings of less than a wave, with at least two K-tiles a split. Off the shape, tiles that would
     compute whole 64-row or 64-column strips of padding are left out. `batch` GEMMs of the shape
-    (gemm's batch, b_batched) count as that many times the tiles; with `b_columns` (B[K, N] padded,
-    which the build packs once) no split-K, whose kernel takes B as the task has it. Ping-pong (two warpgroups taking
-    whole tiles in turns) is offered beside each persistent single-warpgroup tile: on the H200 it
-    won 12% on 4096x3072x768 and lost up to 17% elsewhere, so it is measured, not assumed.
+    (gemm's batch, b_batched) count as that many times the tiles. With `b_columns` (B[K, N]
+    padded, which the build packs once) no split-K: its kernel takes B as the task has it.
+    Ping-pong (two warpgroups taking whole tiles in turns) is offered beside each persistent
+    single-warpgroup tile: on the H200 it won 12% on 4096x3072x768 and lost up to 17% elsewhere,
+    so it is measured, not assumed.
     setmaxnreg and clusters are left out: on the H200 neither won on any tile or shape tried
     (GemmTile's fields say why)."""
     out = []
