@@ -415,18 +415,14 @@ def gemm(m: int, n: int, k: int, tile: GemmTile, out_dtype: str = "float32", *, 
                 T.cuda.func_call(pair_name, T.address_of(C[split, row, col]), a0, a1, source_code=pair_source)
             else:
                 C[split, row, col] = a0
-                if n % 2 == 0:
-                    C[split, row, col + 1] = a1
-                elif col + 1 < n:
+                if n % 2 == 0 or col + 1 < n:  # with N odd, the last column's pair runs past N
                     C[split, row, col + 1] = a1
         elif paired:
             T.cuda.func_call(pair_name, T.address_of(C[row, col]), epilogue(a0, row, col),
                              epilogue(a1, row, col + 1), source_code=pair_source)
         else:
             C[row, col] = epilogue(a0, row, col)
-            if n % 2 == 0:
-                C[row, col + 1] = epilogue(a1, row, col + 1)
-            elif col + 1 < n:
+            if n % 2 == 0 or col + 1 < n:
                 C[row, col + 1] = epilogue(a1, row, col + 1)
 
     @T.macro

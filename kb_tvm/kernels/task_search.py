@@ -174,35 +174,35 @@ def _compile(kernel, target) -> list[tuple[object, str]]:
     """(library, symbol) of each kernel a variant runs: the family's, then its `then` (a split-K's
     sum), which is scheduled as the build schedules it (dlight)."""
     import tvm
-    from tvm.s_tir import dlight as dl
 
     from .extern import compile_kernels
 
     steps = [(compile_kernels([kernel], target), kernel.symbol)]
     if kernel.then is not None:
         name = kernel.then_symbol
-        mod = tvm.IRModule({name: kernel.then.with_attr("global_symbol", name)})
-        with target:
-            mod = dl.ApplyDefaultSchedule(dl.gpu.Fallback())(mod)
-            steps.append((tvm.compile(mod, target=target).mod, name))
+        steps.append((_compile_unscheduled(tvm.IRModule({name: kernel.then.with_attr("global_symbol", name)}),
+                                           target), name))
     return steps
 
 
 def compile_packings(kernel, target) -> dict:
-    """The kernel's packings (`ExternKernel.packs`), compiled: input index -> library. On a GPU
-    they are scheduled as the build would any kernel left unscheduled (a model's build folds
-    them on its constants, on the CPU)."""
+    """The kernel's packings (`ExternKernel.packs`), compiled: input index -> library (a model's
+    build folds them on its constants, on the CPU)."""
+    import tvm
+
+    return {i: _compile_unscheduled(tvm.IRModule({"main": pack}), target) for i, pack in kernel.packs}
+
+
+def _compile_unscheduled(mod, target):
+    """A module of plain TIR compiled for `target`: on a GPU scheduled first as the build
+    schedules what no tuning covered (dlight's fallback)."""
     import tvm
     from tvm.s_tir import dlight as dl
 
-    out = {}
     with target:
-        for i, pack in kernel.packs:
-            mod = tvm.IRModule({"main": pack})
-            if target.kind.name == "cuda":
-                mod = dl.ApplyDefaultSchedule(dl.gpu.Fallback())(mod)
-            out[i] = tvm.compile(mod, target=target).mod
-    return out
+        if target.kind.name == "cuda":
+            mod = dl.ApplyDefaultSchedule(dl.gpu.Fallback())(mod)
+        return tvm.compile(mod, target=target).mod
 
 
 def kernel_arguments(kernel, arrays, device, packers: dict) -> list[list]:
