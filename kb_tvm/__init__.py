@@ -5,7 +5,7 @@ from pathlib import Path as _Path
 
 from .budget import TuningBudget, parse_budget
 from .logger_guard import guard_metaschedule_logger
-from .measure.targets import build_config, tensor_intrinsics
+from .measure.targets import build_config, register_tensor_intrinsics
 from .tuning import measurement_pipeline
 
 # Run from a source checkout (not installed), the data packages schedules/ and workloads/
@@ -17,7 +17,7 @@ if (_checkout / "workloads" / "__init__.py").is_file() and (_checkout / "schedul
 __version__ = "0.1.0"
 __all__ = ["Experience", "KBBuilder", "KBRunner", "KBSearch", "KBTaskScheduler", "ProgressRecorder",
            "RecordDatabase", "TensorCoreSpace", "TimeCappedSearch", "TuningBudget", "build_config",
-           "guard_metaschedule_logger", "measurement_pipeline", "parse_budget", "tensor_intrinsics"]
+           "guard_metaschedule_logger", "measurement_pipeline", "parse_budget", "register_tensor_intrinsics"]
 
 # MetaSchedule objects -> the module that defines them
 _TVM_OBJECTS = {"KBBuilder": "measure.builder", "KBRunner": "measure.runner", "KBSearch": "search.strategy",

@@ -16,7 +16,7 @@ from pathlib import Path
 from .budget import TuningBudget
 from .logger_guard import guard_metaschedule_logger
 from .measure.records import record_latency
-from .measure.targets import available_cpus, physical_cores, tensor_intrinsics, use_target_cores
+from .measure.targets import available_cpus, physical_cores, register_tensor_intrinsics, use_target_cores
 from .measure.timing import REPORT_FIELDS
 
 # "random": MetaSchedule's replay-trace, uniform samples of the design spaces (the replay
@@ -207,32 +207,32 @@ def tune_operator(
     if quiet:  # MetaSchedule sizes its console handler from this level at every tune_tir call
         logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     # TVM registers its tensor intrinsics on first use: keep that out of the budget
-    with tensor_intrinsics(target):
-        recorder = ProgressRecorder(on_progress=progress)
-        database = RecordDatabase(work_dir=work_dir)
-        tuning_budget.start()  # the rest of the job counts, MetaSchedule's own set-up included
-        started = time.monotonic()
-        template = None
-        # the families' variants are timed here, before the pipeline's workers start: they would
-        # share the cores (the first variants ran 2-5x slow while the workers imported TVM)
-        if strategy in KB_STRATEGIES:
-            template = template_region(workload, target, tuning_budget, work_dir, runner=runner,
-                                       on_measured=lambda family, ms: recorder.add(family, [ms]), on_event=event)
-            if template is not None:
-                search.outside_best = {_task_name(workload): template.seconds}
-                search.outside_names = {_task_name(workload): template.family.name}
-        with measurement_pipeline(target, pipeline, builder, runner, budget=tuning_budget) as (builder, runner), \
-                guard_metaschedule_logger():
-            kept = CandidateRecorder(work_dir=work_dir, strategy=strategy,
-                                     clock=lambda: tuning_budget.spent, builder=builder, runner=runner)
-            ms.tune_tir(
-                _named_module(workload), target, str(work_dir), max_trials_global=max_trials, database=database,
-                num_trials_per_iter=trials_per_batch, builder=builder, runner=runner, cost_model=cost_model,
-                measure_callbacks=ms.MeasureCallback.create("default") + [recorder, kept],
-                space=_space_for(workload, target), strategy=search, seed=seed,
-                num_tuning_cores=cores,
-            )
-        seconds = time.monotonic() - started
+    register_tensor_intrinsics()
+    recorder = ProgressRecorder(on_progress=progress)
+    database = RecordDatabase(work_dir=work_dir)
+    tuning_budget.start()  # the rest of the job counts, MetaSchedule's own set-up included
+    started = time.monotonic()
+    template = None
+    # the families' variants are timed here, before the pipeline's workers start: they would
+    # share the cores (the first variants ran 2-5x slow while the workers imported TVM)
+    if strategy in KB_STRATEGIES:
+        template = template_region(workload, target, tuning_budget, work_dir, runner=runner,
+                                   on_measured=lambda family, ms: recorder.add(family, [ms]), on_event=event)
+        if template is not None:
+            search.outside_best = {_task_name(workload): template.seconds}
+            search.outside_names = {_task_name(workload): template.family.name}
+    with measurement_pipeline(target, pipeline, builder, runner, budget=tuning_budget) as (builder, runner), \
+            guard_metaschedule_logger():
+        kept = CandidateRecorder(work_dir=work_dir, strategy=strategy,
+                                 clock=lambda: tuning_budget.spent, builder=builder, runner=runner)
+        ms.tune_tir(
+            _named_module(workload), target, str(work_dir), max_trials_global=max_trials, database=database,
+            num_trials_per_iter=trials_per_batch, builder=builder, runner=runner, cost_model=cost_model,
+            measure_callbacks=ms.MeasureCallback.create("default") + [recorder, kept],
+            space=_space_for(workload, target), strategy=search, seed=seed,
+            num_tuning_cores=cores,
+        )
+    seconds = time.monotonic() - started
     database.compact()
     best_ms = best_record_ms(workload, target, database)
     final_timing: dict = {}

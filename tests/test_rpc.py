@@ -130,12 +130,12 @@ def test_a_model_tunes_its_tasks_on_both_servers_at_once(tracker_with_two_server
     assert report["numerics"]["ok"] and len(rows) == report["trials"] > 0
     per_device, per_task = report["device_seconds"]["per_device"], report["device_seconds"]["per_task"]
     assert len(per_device) == 2 and all(s > 0 for s in per_device.values())  # both servers timed candidates
-    # both are the candidate log's run seconds summed two ways, each rounded to the millisecond:
-    # their rounded totals may differ by a millisecond or two, the exact sums agree
+    # both are the candidate log's run seconds summed two ways, each sum rounded to the millisecond,
+    # and together they cover every timed candidate (totals of rounded sums may differ by rounding)
     timed = [r for r in rows if r.get("run_s") is not None]
     assert per_task == {t: round(sum(r["run_s"] for r in timed if r["task"] == t), 3) for t in per_task}
     assert per_device == {d: round(sum(r["run_s"] for r in timed if r.get("measured_on") == d), 3) for d in per_device}
-    assert sum(per_task.values()) == pytest.approx(sum(r["run_s"] for r in timed), abs=5e-4 * len(per_task))
+    assert set(per_device) == {r.get("measured_on") for r in timed}
     assert {t["task"] for t in report["tasks"] if t["device_seconds"]} == set(per_task) == {r["task"] for r in rows}
 
 

@@ -183,7 +183,7 @@ def test_a_task_whose_every_sample_fails_the_postprocessors_stops_after_sampling
     from tensor_core_helpers import H200
     from kb_tvm.budget import TuningBudget
     from kb_tvm.decision_log import DecisionLog, read_log
-    from kb_tvm.measure.targets import tensor_intrinsics
+    from kb_tvm.measure.targets import register_tensor_intrinsics
     from kb_tvm.model_tuning.precision import model_space
     from kb_tvm.search import SearchOptions, TaskSearch
     from kb_tvm.templates import load_templates
@@ -196,14 +196,14 @@ def test_a_task_whose_every_sample_fails_the_postprocessors_stops_after_sampling
 
     mod = tvm.IRModule({"main": te.create_prim_func([qkv, *(part(at) for at in range(3))])})
     target = tvm.target.Target(H200)
-    with tensor_intrinsics(target):
-        context = ms.TuneContext(mod=mod, target=target, space_generator=model_space(target, "fp16"),
-                                 task_name="split", num_threads=2, rand_state=1)
-        task = TaskSearch(context=context, design_spaces=context.generate_design_space(),
-                          templates=load_templates("cuda"), budget=TuningBudget("60s").start(), max_trials=1000,
-                          trials_per_batch=16, options=SearchOptions(seed=1),
-                          log=DecisionLog.for_task(str(tmp_path), "split", None))
-        assert task.next_batch() is None
+    register_tensor_intrinsics()
+    context = ms.TuneContext(mod=mod, target=target, space_generator=model_space(target, "fp16"),
+                             task_name="split", num_threads=2, rand_state=1)
+    task = TaskSearch(context=context, design_spaces=context.generate_design_space(),
+                      templates=load_templates("cuda"), budget=TuningBudget("60s").start(), max_trials=1000,
+                      trials_per_batch=16, options=SearchOptions(seed=1),
+                      log=DecisionLog.for_task(str(tmp_path), "split", None))
+    assert task.next_batch() is None
     assert task.stop_reason.startswith(f"none of its {task.sample_tries} samples passed MetaSchedule's postprocessors")
     (sampled,) = [e for e in read_log(tmp_path / "split.jsonl") if e["event"] == "coarse-sampled"]
     assert sampled["valid"] == 0 and sampled["dropped"]["postproc"] == task.sample_tries >= 32

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-from contextlib import contextmanager
 
 # Static shared memory per block: what a kernel without opt-in may use (every arch since sm_20).
 # MetaSchedule's CUDA-core rules stage tiles in static `shared`; above 48 KB those fail to build.
@@ -107,41 +106,48 @@ def register_tir_pipeline() -> str:
     return MERGE_WHERE_TENSOR_CORES
 
 
-# TVM's tensor intrinsics of every backend but CUDA's: what MetaSchedule's CPU rules may ask for
-_CPU_INTRINSICS = ("x86", "arm_cpu", "riscv_cpu", "rocm", "hexagon")
-
-
-@contextmanager
-def tensor_intrinsics(target):
-    """The tensor intrinsics a search for `target` may use, registered for the `with` block,
-    before the budget's clock starts. MetaSchedule's first TuneContext imports every backend's:
-    20 s on a 2-core CPU, 15 of them CUDA's wmma/mma variants, which a CPU target never uses. For
-    a CPU target the package is entered without its __init__ (the one module that imports CUDA's)
-    and its CPU modules registered, so MetaSchedule's import finds it done. After the block the
-    package is TVM's own again: the next import of it (a CUDA search later in the same process)
-    registers what was left out."""
+def register_tensor_intrinsics() -> None:
+    """Register TVM's tensor intrinsics (every backend's), as MetaSchedule's first TuneContext
+    would: about 2 s on a 2-core CPU, where TVM's own import of them takes 22 s. Each of their
+    ~250 TVMScript functions calls `inspect.stack()`, which looks up the module of every frame,
+    and a frame of the import machinery (no file on disk) costs a scan of sys.modules. During
+    the import, `inspect.stack` reads each frame's line from linecache instead: TVM's parser
+    gets the same frames and lines. Called again, it does nothing."""
     import importlib
-    import importlib.util
+    import inspect
     import sys
 
     package = "tvm.s_tir.tensor_intrin"
-    cuda = target.kind.name == "cuda"
-    if cuda or package in sys.modules:  # ... or within another such block, or TVM's package imported
-        importlib.import_module(package)
-        if cuda:
-            importlib.import_module(f"{package}.cuda")
-        yield
+    if package in sys.modules:
         return
-    import tvm.s_tir
-
-    spec = importlib.util.find_spec(package)
-    sys.modules[package] = tvm.s_tir.tensor_intrin = importlib.util.module_from_spec(spec)
+    stack = inspect.stack
+    inspect.stack = _stack_from_linecache
     try:
-        for name in _CPU_INTRINSICS:
-            importlib.import_module(f"{package}.{name}")
-        yield
-    finally:  # its CPU modules stay imported (and registered): __init__ will not register them twice
-        del sys.modules[package], tvm.s_tir.tensor_intrin
+        importlib.import_module(package)
+    finally:
+        inspect.stack = stack
+
+
+def _stack_from_linecache(context: int = 1) -> list:
+    """`inspect.stack(context)` without its module lookups: the caller's frames, outermost
+    last, each with `context` lines around its current line."""
+    import inspect
+    import linecache
+    import sys
+
+    frames = []
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename, lineno = frame.f_code.co_filename, frame.f_lineno
+        lines = index = None
+        if context > 0 and lineno:
+            source = linecache.getlines(filename, frame.f_globals)
+            if source:
+                start = max(0, min(lineno - 1 - context // 2, len(source) - context))
+                lines, index = source[start:start + context], lineno - 1 - start
+        frames.append(inspect.FrameInfo(frame, filename, lineno, frame.f_code.co_name, lines, index))
+        frame = frame.f_back
+    return frames
 
 
 def compile_kernel(mod, target):

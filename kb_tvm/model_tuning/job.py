@@ -13,7 +13,7 @@ from ..budget import TuningBudget
 from ..kernels import model_stage
 from ..kernels.extern import constant_inputs
 from ..logger_guard import guard_metaschedule_logger
-from ..measure.targets import tensor_intrinsics, use_target_cores
+from ..measure.targets import register_tensor_intrinsics, use_target_cores
 from .onnx_input import example_inputs, onnxruntime_outputs
 from .numerics import NumericsMismatch, check_untuned
 from .precision import TOLERANCES, check_precision, compare_sets, math_for, model_space
@@ -114,68 +114,68 @@ def tune_model(
     task_flop = {str(t.task_name): estimate_tir_flops(t.dispatched[0]) for t in tasks}
     ceilings = task_ceilings(ceiling, {str(t.task_name): t.dispatched[0] for t in tasks})
 
-    with tensor_intrinsics(target):  # registered before the clock
-        space = model_space(target, precision)
-        searchable, rescued, why_rescued, refused = searchable_tasks(tasks, space)
-        for task_name, why in why_rescued.items():
-            notify({"event": "space_fallback", "task": task_name, "why": why})
-        for task_name, why in refused.items():
-            notify({"event": "space_refused", "task": task_name, "why": why})
-        tuning_budget = TuningBudget(budget, already_spent=earlier["spent_s"] if earlier else 0.0).start()
-        if earlier:
-            notify({"event": "resume", "spent_s": earlier["spent_s"], "tasks": len(earlier["tasks"])})
-        batches: list[dict] = list(earlier.get("batches", [])) if earlier else []
+    register_tensor_intrinsics()  # before the clock
+    space = model_space(target, precision)
+    searchable, rescued, why_rescued, refused = searchable_tasks(tasks, space)
+    for task_name, why in why_rescued.items():
+        notify({"event": "space_fallback", "task": task_name, "why": why})
+    for task_name, why in refused.items():
+        notify({"event": "space_refused", "task": task_name, "why": why})
+    tuning_budget = TuningBudget(budget, already_spent=earlier["spent_s"] if earlier else 0.0).start()
+    if earlier:
+        notify({"event": "resume", "spent_s": earlier["spent_s"], "tasks": len(earlier["tasks"])})
+    batches: list[dict] = list(earlier.get("batches", [])) if earlier else []
 
-        def save_state() -> None:
-            write_state(work_dir, name=name, precision=precision, math=math, budget=tuning_budget,
-                        tasks=scheduler.stats, batches=batches)
+    def save_state() -> None:
+        write_state(work_dir, name=name, precision=precision, math=math, budget=tuning_budget,
+                    tasks=scheduler.stats, batches=batches)
 
-        def emit(record: dict) -> None:  # every scheduler decision also saves the job's state
-            save_state()
-            notify(record)
+    def emit(record: dict) -> None:  # every scheduler decision also saves the job's state
+        save_state()
+        notify(record)
 
-        def measured(point: dict) -> None:
-            batches.append({"seconds": tuning_budget.spent, "task": point["task"], "best_ms": point["batch_best_ms"]})
+    def measured(point: dict) -> None:
+        batches.append({"seconds": tuning_budget.spent, "task": point["task"], "best_ms": point["batch_best_ms"]})
 
-        is_cuda = target.kind.name == "cuda"
-        found = {}  # the kernel families' best right kernel per task one computes (kb only)
-        uses_kb = strategy in KB_STRATEGIES
-        if uses_kb:
-            found = model_stage.search_kernels(tasks, untuned, target, precision=precision, budget=tuning_budget,
-                                               work_dir=work_dir, default_latency=default_latency,
-                                               constants=constant_inputs(mod), notify=notify)
-        searchable, rescued = model_stage.left_to_search(searchable, found), model_stage.left_to_search(rescued, found)
-        # the scheduler starts from what each task has now: a family's kernel already makes its task fast
-        current_latency = {name: min(seconds, found[name].seconds) if name in found else seconds
-                           for name, seconds in default_latency.items()}
-        database = RecordDatabase(work_dir=work_dir)
-        recorder = ProgressRecorder(on_progress=measured)
-        with measurement_pipeline(target, pipeline, builder, runner, budget=tuning_budget) as (builder, runner), \
-                guard_metaschedule_logger():
-            if uses_kb:  # with a KBRunner on several devices, several tasks' batches at once
-                scheduler = KBTaskScheduler(budget=tuning_budget, on_event=emit, default_latency=current_latency,
-                                            earlier=[TaskStats(**t) for t in earlier["tasks"]] if earlier else None,
-                                            experience=experience,
-                                            runner=runner if isinstance(runner, KBRunner) else None,
-                                            ceilings=ceilings, ceiling_source=ceiling and ceiling.describe())
-            else:
-                scheduler = "gradient"
-            # a family's kernel is each such task's bar, as in tune-op: gains count below it
-            search, cost_model = make_search(strategy, tuning_budget, seed=seed, repeatable=repeatable,
-                                             experience=experience, log_dir=str(work_dir / "kb_logs"),
-                                             outside_best={name: c.seconds for name, c in found.items()},
-                                             outside_names={name: c.family.name for name, c in found.items()})
-            kept = CandidateRecorder(work_dir=work_dir, strategy=strategy,
-                                     clock=lambda: tuning_budget.spent, builder=builder, runner=runner)
-            # tune_relax, with the tasks TVM's rules fail on in their fallback space or left out
-            contexts, task_weights = tune_contexts(searchable, rescued, target=target, work_dir=str(work_dir),
-                                                   space=space, strategy=search, seed=seed)
-            ms.tune.tune_tasks(
-                tasks=contexts, task_weights=task_weights, work_dir=str(work_dir), max_trials_global=1_000_000,
-                num_trials_per_iter=trials_per_batch or (64 if is_cuda else 16), builder=builder, runner=runner,
-                database=database, cost_model=cost_model, task_scheduler=scheduler,
-                measure_callbacks=ms.MeasureCallback.create("default") + [recorder, kept],
-            )
+    is_cuda = target.kind.name == "cuda"
+    found = {}  # the kernel families' best right kernel per task one computes (kb only)
+    uses_kb = strategy in KB_STRATEGIES
+    if uses_kb:
+        found = model_stage.search_kernels(tasks, untuned, target, precision=precision, budget=tuning_budget,
+                                           work_dir=work_dir, default_latency=default_latency,
+                                           constants=constant_inputs(mod), notify=notify)
+    searchable, rescued = model_stage.left_to_search(searchable, found), model_stage.left_to_search(rescued, found)
+    # the scheduler starts from what each task has now: a family's kernel already makes its task fast
+    current_latency = {name: min(seconds, found[name].seconds) if name in found else seconds
+                       for name, seconds in default_latency.items()}
+    database = RecordDatabase(work_dir=work_dir)
+    recorder = ProgressRecorder(on_progress=measured)
+    with measurement_pipeline(target, pipeline, builder, runner, budget=tuning_budget) as (builder, runner), \
+            guard_metaschedule_logger():
+        if uses_kb:  # with a KBRunner on several devices, several tasks' batches at once
+            scheduler = KBTaskScheduler(budget=tuning_budget, on_event=emit, default_latency=current_latency,
+                                        earlier=[TaskStats(**t) for t in earlier["tasks"]] if earlier else None,
+                                        experience=experience,
+                                        runner=runner if isinstance(runner, KBRunner) else None,
+                                        ceilings=ceilings, ceiling_source=ceiling and ceiling.describe())
+        else:
+            scheduler = "gradient"
+        # a family's kernel is each such task's bar, as in tune-op: gains count below it
+        search, cost_model = make_search(strategy, tuning_budget, seed=seed, repeatable=repeatable,
+                                         experience=experience, log_dir=str(work_dir / "kb_logs"),
+                                         outside_best={name: c.seconds for name, c in found.items()},
+                                         outside_names={name: c.family.name for name, c in found.items()})
+        kept = CandidateRecorder(work_dir=work_dir, strategy=strategy,
+                                 clock=lambda: tuning_budget.spent, builder=builder, runner=runner)
+        # tune_relax, with the tasks TVM's rules fail on in their fallback space or left out
+        contexts, task_weights = tune_contexts(searchable, rescued, target=target, work_dir=str(work_dir),
+                                               space=space, strategy=search, seed=seed)
+        ms.tune.tune_tasks(
+            tasks=contexts, task_weights=task_weights, work_dir=str(work_dir), max_trials_global=1_000_000,
+            num_trials_per_iter=trials_per_batch or (64 if is_cuda else 16), builder=builder, runner=runner,
+            database=database, cost_model=cost_model, task_scheduler=scheduler,
+            measure_callbacks=ms.MeasureCallback.create("default") + [recorder, kept],
+        )
     database.compact()
     stats = scheduler.stats if uses_kb else []  # stock keeps no per-task seconds
     seconds = tuning_budget.spent

@@ -17,6 +17,7 @@ from ..decision_log import DecisionLog, earlier_events
 from ..experience import Experience
 from ..measure.database import RECORD_DATABASES
 from ..measure.records import mean_seconds, record_latency
+from ..measure.targets import register_tensor_intrinsics
 from ..templates import load_templates
 from .candidates import FEATURE_VERSION, CandidateFactory
 from .options import validated_options
@@ -74,6 +75,7 @@ class KBSearch(PySearchStrategy):
         self.on_event = on_event
         self.context = None
         self.task: TaskSearch | None = None
+        register_tensor_intrinsics()  # before MetaSchedule's first TuneContext, which takes 10x as long
 
     def _initialize_with_tune_context(self, context) -> None:
         self.context = context
@@ -167,6 +169,7 @@ class TimeCappedSearch(PySearchStrategy):
     def __init__(self, *, budget: str | float | TuningBudget, inner: str | SearchStrategy = "evolutionary"):
         self.budget = budget if isinstance(budget, TuningBudget) else TuningBudget(budget)
         self.inner = SearchStrategy.create(inner) if isinstance(inner, str) else inner
+        register_tensor_intrinsics()
 
     def _initialize_with_tune_context(self, context) -> None:
         self.inner._initialize_with_tune_context(context)

@@ -15,6 +15,7 @@ from ..arguments import check_option
 from ..budget import TuningBudget
 from ..experience import Experience
 from ..measure.records import mean_seconds
+from ..measure.targets import register_tensor_intrinsics
 
 if TYPE_CHECKING:
     from ..measure.runner import KBRunner
@@ -74,6 +75,7 @@ class KBTaskScheduler(PyTaskScheduler):
         self.runner = runner
         self.handed_out: tuple[int, float, int] | None = None  # (task, when, the runner's batch count then)
         self.in_flight: dict[int, tuple[float, list | None]] = {}  # task -> (handed out at, its futures)
+        register_tensor_intrinsics()  # before MetaSchedule's first TuneContext, which takes 10x as long
 
     def next_task_id(self) -> int:
         scheduler = self._outer()
