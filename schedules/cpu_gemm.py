@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .padding import zero_padded
+
 # TVM keeps a CPU buffer on the stack below this many bytes (LowerTVMBuiltin's kMaxStackAlloca)
 STACK_BYTES = 1024
 
@@ -76,15 +78,13 @@ def packing(shape: tuple[int, ...], index_map, dtype: str = "float32", padded: t
     """main(X, X_packed): X of `shape` copied into `index_map`'s layout, what the build runs once
     on a constant input a kernel takes prepacked (and the variant search on the task's input);
     with `padded` (a larger shape), X is first padded with zeros to it."""
-    from tvm import s_tir, te, tirx
+    from tvm import s_tir, te
 
-    source = te.placeholder(shape, dtype, name="X")
     if padded is None:
+        source = te.placeholder(shape, dtype, name="X")
         copy = te.compute(shape, lambda *i: source(*i), name="pack")
     else:
-        inside = lambda *i: tirx.all(*(x < extent for x, extent in zip(i, shape)))  # noqa: E731
-        copy = te.compute(padded, lambda *i: tirx.if_then_else(inside(*i), source(*i), tirx.const(0, dtype)),
-                          name="pack")
+        source, copy = zero_padded(shape, padded, dtype, "pack")
     sch = s_tir.Schedule(te.create_prim_func([source, copy]))
     sch.transform_layout(sch.get_sblock("pack"), ("write", 0), index_map)
     return sch.mod["main"]

@@ -55,6 +55,8 @@ def test_workers_live_across_batches_and_a_hang_or_crash_fails_its_candidate_alo
     assert "timeout, killed after 5 s" in errors[1]
     assert "died" in errors[3]
     assert runner.measurer.restarts == 2
+    # a hang held the device for its timeout; a crash's seconds no one saw
+    assert [o.seconds for o in runner.last_batch][1:4:2] == [5.0, None]
 
     again = build_and_run(builder, runner, [adds] * 4, llvm_target)
     assert all(r.error_msg is None for r in again)
@@ -231,6 +233,7 @@ def test_a_build_tvm_rejects_fails_alone_but_an_api_error_ends_the_batch(llvm_ta
         [rejected, built] = pool.build([(tvm.IRModule({"main": unbound}), llvm_target),
                                         (tvm.IRModule({"main": _unrolled(16)}), llvm_target)])
         assert rejected.error.startswith("build: InternalError") and built.error is None
+        assert rejected.seconds is None and built.seconds > 0  # a failure's seconds are not made up
         with pytest.raises(TypeError):  # not a module: our bug, never a failed candidate
             pool.build([("not a module", llvm_target)])
     finally:

@@ -261,15 +261,12 @@ def _sum_of_partials(p: GemmProblem, splits: int, epilogue, load):
 def padded_b(p: GemmProblem, columns: int):
     """main(B, B_padded): one B of `p` with zero columns (B[K, N]) or rows (B[N, K]) up to
     `columns`; what the build runs once on a constant B a kernel takes padded."""
-    from tvm import te, tirx
+    from tvm import te
+
+    from ..schedules.padding import zero_padded
 
     _, shape, _ = p.gemm_shapes
-    padded = p.padded_b_shape(columns)
-    source = te.placeholder(shape, p.dtype, name="B")
-    inside = lambda i, j: tirx.all(i < shape[0], j < shape[1])  # noqa: E731
-    copy = te.compute(padded, lambda i, j: tirx.if_then_else(inside(i, j), source[i, j], tirx.const(0, p.dtype)),
-                      name="pad")
-    return te.create_prim_func([source, copy])
+    return te.create_prim_func(list(zero_padded(shape, p.padded_b_shape(columns), p.dtype, "pad")))
 
 
 def kernel_inputs(extras: list) -> list:

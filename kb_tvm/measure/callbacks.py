@@ -117,7 +117,7 @@ def _outcome(part, key):
 
 
 def _seconds(outcome) -> float | None:
-    return None if outcome is None else round(outcome.seconds, 4)
+    return None if outcome is None or outcome.seconds is None else round(outcome.seconds, 4)
 
 
 def _server(outcome) -> str | None:

@@ -43,7 +43,7 @@ class Outcome:
     """One candidate through the build or the measurement: a value or an error, and seconds."""
     value: object = None
     error: str | None = None
-    seconds: float = 0.0
+    seconds: float | None = None  # None: a failure that took no time anyone saw
     pid: int | None = None
 
 
@@ -114,7 +114,8 @@ class BuildPool:
                 outcome = Outcome(value=path, seconds=seconds, pid=pid)
                 self.slowest_ok_s = max(self.slowest_ok_s or 0.0, seconds)
             except CANDIDATE_FAILURES as err:
-                outcome = Outcome(error=_failure(err, "build", limit_s))
+                outcome = Outcome(error=_failure(err, "build", limit_s),
+                                  seconds=limit_s if isinstance(err, TimeoutError) else None)
             outcomes[futures[future]] = outcome
             if on_built is not None:
                 on_built(futures[future], outcome)
@@ -177,7 +178,8 @@ class Measurer:
         except CANDIDATE_FAILURES as err:
             if isinstance(err, (TimeoutError, ChildProcessError)) or self.device_type != "cpu":
                 self._restart()  # hung, dead, or a GPU context the fault may have broken
-            return Outcome(error=_failure(err, "run", self.timeout_s))
+            return Outcome(error=_failure(err, "run", self.timeout_s),
+                           seconds=self.timeout_s if isinstance(err, TimeoutError) else None)
         keep_best(self.best_s, signature, report)
         return Outcome(value=report, seconds=report["load_s"] + report["timed_s"], pid=report["pid"])
 
