@@ -68,7 +68,11 @@ class CpuReduction(Refusable):
         if not isinstance(func, tirx.PrimFunc):
             return None
         sch = s_tir.Schedule(func)
-        blocks = [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
+        try:
+            root = sch.get_sblock("root")
+        except ScheduleError:  # no blocks to read: TOPI writes a cumsum (OPT's positions) as plain loops
+            return None
+        blocks = [sch.get(b) for b in sch.get_child_blocks(root)]
         if any(is_contraction(b) for b in blocks) or sum(work(b) for b in blocks) < PARALLEL_MIN:
             return None  # a matmul's or convolution's default (CpuFallback's), or too little for threads
         for block in blocks:
@@ -131,7 +135,8 @@ class CpuFallback:
         if info.is_injective() and contiguous_inner(block):
             lanes = vector_lanes(target, block.writes[0].source.dtype.bits if block.writes else 32)
             inner = _int_extent(sch, loops[-1])
-            if lanes > 1 and inner is not None and inner % lanes == 0:
+            # an empty tensor's loop (extent 0: Phi-3's rotary slices at a short context) is no vector
+            if lanes > 1 and inner and inner % lanes == 0:
                 if inner > lanes:
                     outer, vector = sch.split(loops[-1], [None, lanes])
                     loops = [*loops[:-1], outer]

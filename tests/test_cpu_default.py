@@ -124,3 +124,31 @@ def test_a_mask_computed_as_bools_builds_and_is_right():
     values = data(512, 512)
     np.testing.assert_array_equal(run(scheduled(prim_func(x, out)), values, out_shape=(512, 512)),
                                   np.where(values > 0, values, 0))
+
+
+def test_a_function_of_plain_loops_is_no_rule_s_and_builds_as_it_is():
+    # TOPI writes a cumsum (OPT's positions, from the attention mask) as loops without blocks:
+    # reading its blocks raised ("Cannot find a block with the name: root") and the build failed
+    from tvm.script import tirx as T
+
+    @T.prim_func
+    def cumsum(a: T.Buffer((4, 32), "float32"), out: T.Buffer((4, 32), "float32")):
+        for i in T.serial(4):
+            out[i, 0] = a[i, 0]
+            for j in T.serial(31):
+                out[i, j + 1] = out[i, j] + a[i, j + 1]
+
+    func = cumsum.with_attr("global_symbol", "main")
+    with TARGET:
+        assert CpuReduction().apply(func, TARGET, False) is None and CpuFallback().apply(func, TARGET, False) is None
+    x = data(4, 32)
+    np.testing.assert_allclose(run(func, x, out_shape=(4, 32)), np.cumsum(x, axis=1), rtol=1e-5)
+
+
+def test_an_empty_tensor_s_loop_is_not_vectorized():
+    # Phi-3's rotary slices at a short context: a loop of extent 0, which TVM cannot vectorize
+    a = te.placeholder((4, 0), name="a")
+    out = te.compute(a.shape, lambda i, j: a[i, j] * 2, name="out")
+    func = scheduled(prim_func(a, out))
+    assert "VECTORIZED" not in loop_kinds(func)
+    assert run(func, np.zeros((4, 0), "float32"), out_shape=(4, 0)).shape == (4, 0)

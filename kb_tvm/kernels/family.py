@@ -12,6 +12,18 @@ class NotApplicable(ValueError):
     """A task (or shape) a family does not compute; the message says why."""
 
 
+def root_blocks(sch, refuse: type[NotApplicable]) -> list:
+    """The blocks under the root of `sch`'s function, or `refuse` where it has no blocks (TOPI
+    writes a cumsum, OPT's positions, as plain loops)."""
+    from tvm.s_tir import ScheduleError
+
+    try:
+        root = sch.get_sblock("root")
+    except ScheduleError:
+        raise refuse("a function of plain loops, without blocks") from None
+    return [sch.get(rv) for rv in sch.get_child_blocks(root)]
+
+
 class VariantSearch(Protocol):
     """A family's search over one problem's variants (`pool`: those it may ask): ask for the next
     one to measure (None: done), tell what it measured (seconds, or None for a variant that failed)."""

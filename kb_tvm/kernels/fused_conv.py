@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .family import NotApplicable
+from .family import NotApplicable, root_blocks
 from .fused_gemm import REDUCE, SPATIAL, epilogue_output, kernel_inputs, kernel_shape, rebuild_at, region_indices
 
 
@@ -166,7 +166,7 @@ def match_fused_conv(mod, *, dtypes: tuple[str, ...] = ("float32",)) -> FusedCon
     func = mod["main"]
     params = list(func.params)
     sch = s_tir.Schedule(mod)
-    blocks = [sch.get(rv) for rv in sch.get_child_blocks(sch.get_sblock("root"))]
+    blocks = root_blocks(sch, NotAConv)
     reductions = [i for i, b in enumerate(blocks) if REDUCE in [int(iv.iter_type) for iv in b.iter_vars]]
     if len(reductions) != 1:
         raise NotAConv(f"{len(reductions)} reduction blocks of {len(blocks)}, not one convolution")

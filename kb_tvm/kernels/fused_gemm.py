@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .family import NotApplicable
+from .family import NotApplicable, root_blocks
 
 SPATIAL, REDUCE = 0, 2  # TVM's IterVar kinds (DataPar, CommReduce)
 
@@ -386,7 +386,7 @@ def match_fused_gemm(mod, *, input_dtypes: tuple[str, ...], output_dtypes: tuple
 
     func = mod["main"]
     sch = s_tir.Schedule(mod)
-    blocks = [sch.get(rv) for rv in sch.get_child_blocks(sch.get_sblock("root"))]
+    blocks = root_blocks(sch, NotAGemm)
 
     def kinds_of(block):
         return [int(iv.iter_type) for iv in block.iter_vars]
