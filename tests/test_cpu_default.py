@@ -129,16 +129,9 @@ def test_a_mask_computed_as_bools_builds_and_is_right():
 def test_a_function_of_plain_loops_is_no_rule_s_and_builds_as_it_is():
     # TOPI writes a cumsum (OPT's positions, from the attention mask) as loops without blocks:
     # reading its blocks raised ("Cannot find a block with the name: root") and the build failed
-    from tvm.script import tirx as T
+    from plain_loops import cumsum_without_blocks
 
-    @T.prim_func
-    def cumsum(a: T.Buffer((4, 32), "float32"), out: T.Buffer((4, 32), "float32")):
-        for i in T.serial(4):
-            out[i, 0] = a[i, 0]
-            for j in T.serial(31):
-                out[i, j + 1] = out[i, j] + a[i, j + 1]
-
-    func = cumsum.with_attr("global_symbol", "main")
+    func = cumsum_without_blocks(4, 32)
     with TARGET:
         assert CpuReduction().apply(func, TARGET, False) is None and CpuFallback().apply(func, TARGET, False) is None
     x = data(4, 32)

@@ -249,20 +249,13 @@ def test_a_function_of_plain_loops_is_neither_a_gemm_nor_a_convolution():
     # TOPI writes a cumsum (OPT's positions) as loops without blocks: matching it raised a
     # ScheduleError, which ended `kb-tvm tune` before any tuning
     import tvm
-    from tvm.script import tirx as T
+    from plain_loops import cumsum_without_blocks
 
     from kb_tvm.kernels.cpu_gemm.family import match_cpu_gemm
     from kb_tvm.kernels.fused_conv import NotAConv, match_fused_conv
     from kb_tvm.kernels.fused_gemm import NotAGemm
 
-    @T.prim_func
-    def cumsum(a: T.Buffer((4, 32), "float32"), out: T.Buffer((4, 32), "float32")):
-        for i in T.serial(4):
-            out[i, 0] = a[i, 0]
-            for j in T.serial(31):
-                out[i, j + 1] = out[i, j] + a[i, j + 1]
-
-    mod = tvm.IRModule({"main": cumsum})
+    mod = tvm.IRModule({"main": cumsum_without_blocks()})
     with pytest.raises(NotAGemm, match="plain loops"):
         match_cpu_gemm(mod)
     with pytest.raises(NotAConv, match="plain loops"):
