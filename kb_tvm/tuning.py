@@ -16,7 +16,7 @@ from pathlib import Path
 from .budget import TuningBudget
 from .logger_guard import guard_metaschedule_logger
 from .measure.records import record_latency
-from .measure.targets import available_cpus, physical_cores, register_tensor_intrinsics, use_target_cores
+from .measure.targets import available_cpus, physical_cores, use_target_cores
 from .measure.timing import REPORT_FIELDS
 
 # "random": MetaSchedule's replay-trace, uniform samples of the design spaces (the replay
@@ -189,8 +189,9 @@ def tune_operator(
         if on_event is not None:
             on_event(record)
 
+    # refuses a bad one; either search registers TVM's tensor intrinsics when made, before the clock
     search, cost_model = make_search(strategy, tuning_budget, seed=seed, repeatable=repeatable, on_event=event,
-                                     experience=experience, log_dir=str(work_dir / "kb_logs"))  # refuses a bad one
+                                     experience=experience, log_dir=str(work_dir / "kb_logs"))
     use_target_cores(target)  # before any kernel runs here or in the workers started below
     work_dir.mkdir(parents=True, exist_ok=True)
     is_cuda = target.kind.name == "cuda"
@@ -206,8 +207,6 @@ def tune_operator(
 
     if quiet:  # MetaSchedule sizes its console handler from this level at every tune_tir call
         logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
-    # TVM registers its tensor intrinsics on first use: keep that out of the budget
-    register_tensor_intrinsics()
     recorder = ProgressRecorder(on_progress=progress)
     database = RecordDatabase(work_dir=work_dir)
     tuning_budget.start()  # the rest of the job counts, MetaSchedule's own set-up included
