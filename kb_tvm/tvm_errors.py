@@ -33,3 +33,26 @@ def invalid_schedule_errors() -> tuple[type[BaseException], ...]:
     from tvm.s_tir.schedule import ScheduleError
 
     return (ScheduleError, InternalError)
+
+
+def raised_in_tvm(err: BaseException) -> bool:
+    """Whether TVM's C++ raised `err`: the innermost frame of the backtrace its FFI error carries
+    is neither Python nor the FFI's own Cython (where a Python callback's error or a wrongly
+    typed argument surfaces)."""
+    error = getattr(err, "__tvm_ffi_error__", None)
+    if error is None:
+        return False
+    frames = [line.strip() for line in str(error.backtrace).splitlines() if line.strip().startswith('File "')]
+    path = frames[0].split('"')[1] if frames else ""
+    return bool(path) and not path.endswith((".py", ".pxi"))
+
+
+def design_space_failed(err: BaseException) -> bool:
+    """Whether `err`, raised while TVM's schedule rules made a task's design space, means they
+    cannot make it: a ScheduleError or InternalError, or a ValueError or IndexError from a check
+    in TVM's C++ (seen on an attention task whose scores are rounded to fp16, as in an fp16 ViT:
+    CrossThreadReduction's "Unable to get the extent of threadIdx.x" in the tensor-core rules,
+    "Index 6 out of bounds 6" in the stock CUDA rules). The same classes raised in Python are
+    kb's bugs and are not."""
+    return isinstance(err, invalid_schedule_errors()) or (isinstance(err, (ValueError, IndexError))
+                                                          and raised_in_tvm(err))

@@ -66,3 +66,70 @@ def test_a_fallback_schedule_replays_on_the_task_and_computes_the_same(decoder_t
         tvm.compile(scheduled, target=target)(*tensors)
         outputs.append(tensors[-1].numpy())
     np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-5, atol=1e-6)
+
+
+def rounded_scores_attention():
+    """kb's attention task as an fp16 ViT has it: the scores rounded to fp16, no mask."""
+    from tvm import IRModule, te
+
+    from kb_tvm.kernels.attention.rewrite import AttentionShape, attention_te
+
+    shape = AttentionShape(batch=1, heads=2, seq=13, seq_kv=13, d=16, d_v=16, dtype="float16", out_dtype="float16",
+                           bias_dims=None, round_scores=True, nan_to_zero=False)
+    x = [te.placeholder(dims, "float16") for dims in ((1, 2, 13, 16), (1, 2, 16, 13), (1, 2, 13, 16))]
+    return IRModule({"main": te.create_prim_func([*x, attention_te(*x, None, shape)])})
+
+
+def test_a_task_both_cuda_spaces_fail_on_with_tvm_checks_is_refused_not_a_crash():
+    """TVM's rules raise a ValueError (CrossThreadReduction) and an IndexError (the stock CUDA
+    rules) from C++ on this task: the fp16 ViT's tune crashed on them before any search."""
+    from types import SimpleNamespace
+
+    import tvm
+    from tensor_core_helpers import H200
+
+    from kb_tvm.measure.targets import register_tensor_intrinsics
+    from kb_tvm.model_tuning.precision import model_space
+    from kb_tvm.model_tuning.task_spaces import searchable_tasks
+
+    target = tvm.target.Target(H200)
+    register_tensor_intrinsics()
+    task = SimpleNamespace(task_name="kb_attention", dispatched=[rounded_scores_attention()], target=target)
+    kept, rescued, why_rescued, refused = searchable_tasks([task], model_space(target, "fp16"))
+    assert (kept, rescued, why_rescued) == ([], [], {})
+    assert list(refused) == ["kb_attention"] and "no tensor-core design space" in refused["kb_attention"]
+
+
+def test_only_tvm_s_own_value_errors_mean_a_failed_design_space():
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.schedule_rule import PyScheduleRule
+    from tvm.s_tir.meta_schedule.space_generator import PostOrderApply
+
+    from tensor_core_helpers import H200
+
+    from kb_tvm.tvm_errors import design_space_failed, raised_in_tvm
+
+    target = tvm.target.Target(H200)
+    context = ms.TuneContext(mod=rounded_scores_attention(), target=target, task_name="attention",
+                             space_generator=PostOrderApply(sch_rules="cuda", postprocs="cuda", mutator_probs="cuda"))
+    with pytest.raises(IndexError) as from_tvm:
+        context.generate_design_space()
+    assert raised_in_tvm(from_tvm.value) and design_space_failed(from_tvm.value)
+
+    @derived_object
+    class Broken(PyScheduleRule):  # kb's own rule with a bug
+        def _initialize_with_tune_context(self, context) -> None:
+            pass
+
+        def apply(self, sch, block):
+            raise ValueError("a bug in a Python rule")
+
+    context = ms.TuneContext(mod=rounded_scores_attention(), target=target, task_name="attention",
+                             space_generator=PostOrderApply(sch_rules=[Broken()], postprocs=[], mutator_probs={}))
+    with pytest.raises(ValueError) as from_python:
+        context.generate_design_space()
+    assert not raised_in_tvm(from_python.value) and not design_space_failed(from_python.value)
+    assert not design_space_failed(ValueError("raised here"))
+    assert isinstance(tvm.error.InternalError("x"), RuntimeError)  # caught beside ValueError and IndexError

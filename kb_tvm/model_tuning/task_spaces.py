@@ -9,7 +9,7 @@ from __future__ import annotations
 from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.schedule_rule import PyScheduleRule
 
-from ..tvm_errors import invalid_schedule_errors
+from ..tvm_errors import design_space_failed, invalid_schedule_errors
 
 
 @derived_object
@@ -61,7 +61,9 @@ def _generates(task, space) -> str | None:
                              task_name=task.task_name)
     try:
         context.generate_design_space()
-    except invalid_schedule_errors() as err:
+    except (RuntimeError, ValueError, IndexError) as err:
+        if not design_space_failed(err):
+            raise
         return _first_line(err)
     return None
 

@@ -19,6 +19,8 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.space_generator import PostOrderApply, PySpaceGenerator
 from tvm.s_tir.schedule import ScheduleError
 
+from ..tvm_errors import design_space_failed
+
 # Names carry kb's prefix so that they never collide with intrinsics a later TVM registers.
 BF16_WMMA_GROUPS = [
     {"init": "wmma_fill_16x16x16_f32",
@@ -116,11 +118,14 @@ def align_bf16_staging(sch) -> int:
 def _sketches(family, mod, attempts: int = 3) -> list:
     """A family's sketches, or none. TVM 0.27's rules can fail on a random compute location
     (seen: "not a stage pipeline" on a ResNet-50 conv + relu, which ended a stock run); the
-    context's random state moves on, so another attempt draws again."""
+    context's random state moves on, so another attempt draws again. Some fail on every draw
+    (`design_space_failed`)."""
     for attempt in range(attempts):
         try:
             return list(family.generate_design_space(mod))
-        except ScheduleError as err:
+        except (RuntimeError, ValueError, IndexError) as err:
+            if not design_space_failed(err):
+                raise
             logging.getLogger("kb_tvm").warning("design space attempt %d of %d failed: %s", attempt + 1,
                                                 attempts, str(err).strip().splitlines()[0])
     return []
