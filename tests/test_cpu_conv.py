@@ -212,8 +212,12 @@ def test_a_residual_network_is_tuned_through_the_family(tmp_path):
     assert report["numerics"]["ok"] and report["numerics"]["checked_against"].startswith("onnxruntime")
     convs = [t for t in report["tasks"] if "conv2d" in t["task"]]
     assert len(convs) == 6, convs
-    # the families' stage (a fifth of the 10 s) searches the hottest first: at least it, and
-    # its kernel beats the untuned one by far
+    # the families' stage (a fifth of the 10 s) searches the hottest first: at least it gets a
+    # right kernel, and the task ends on it or on a MetaSchedule schedule the job timed faster
+    # (on so small a convolution which one wins is the timer's call)
     hottest = max(convs, key=lambda t: t["share_of_model_time"])
-    assert hottest["schedule"].startswith("cpu_conv rows="), convs
+    rows = [json.loads(line) for line in (work / "kernels.jsonl").read_text().splitlines()]
+    right = [r["seconds"] for r in rows if r["task"] == hottest["task"] and r["family"] == "cpu_conv" and r["ok"]]
+    assert right, (hottest["task"], rows)
+    assert hottest["schedule"].startswith("cpu_conv rows=") or hottest["schedule"] == "tuned", convs
     assert "cpu_conv: fused_conv2d" in done.stdout
