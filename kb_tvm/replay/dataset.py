@@ -220,38 +220,40 @@ def _builders(target: str) -> int:
     return max(1, int(host.get("num-cores", 1)))
 
 
-def _fixed_batch_seconds(rows: list[dict], builders: int) -> dict[str, list[float]]:
-    """The fixed cost of each recorded batch, by strategy: the wall seconds since the batch
-    before in its run (`job_s`) less its candidates' builds (in parallel) and runs. Batches are
-    numbered per run, across its tasks."""
+def _batches_by_run(rows: list[dict]) -> dict[tuple, list[list[dict]]]:
+    """Each recorded run's batches in order, keyed by (source, strategy). Batches are numbered
+    per run, across its tasks."""
     batches: dict[tuple, list[dict]] = {}
     for r in rows:
         batches.setdefault((r["source"], r["strategy"], r["batch"]), []).append(r)
-    by_run: dict[tuple, list[tuple[int, list[dict]]]] = {}
-    for (source, strategy, batch), group in batches.items():
-        by_run.setdefault((source, strategy), []).append((batch, group))
+    runs: dict[tuple, list[list[dict]]] = {}
+    for (source, strategy, _), group in sorted(batches.items(), key=lambda item: item[0][2]):
+        runs.setdefault((source, strategy), []).append(group)
+    return runs
+
+
+def _work_seconds(batch: list[dict], builders: int) -> float:
+    """A batch's builds (in parallel) and runs."""
+    return (sum(r.get("build_s") or 0.0 for r in batch) / builders
+            + sum(r.get("run_s") or 0.0 for r in batch))
+
+
+def _fixed_batch_seconds(rows: list[dict], builders: int) -> dict[str, list[float]]:
+    """The fixed cost of each recorded batch after a run's first, by strategy: the wall seconds
+    since the batch before (`job_s`) less its work."""
     fixed: dict[str, list[float]] = {}
-    for (_, strategy), runs in by_run.items():
-        runs.sort(key=lambda item: item[0])
-        for (_, before), (_, group) in itertools.pairwise(runs):
-            wall = max(r["job_s"] for r in group) - max(r["job_s"] for r in before)
-            work = sum(r.get("build_s") or 0.0 for r in group) / builders + sum(r.get("run_s") or 0.0 for r in group)
-            fixed.setdefault(strategy, []).append(max(0.0, wall - work))
+    for (_, strategy), batches in _batches_by_run(rows).items():
+        for before, batch in itertools.pairwise(batches):
+            wall = max(r["job_s"] for r in batch) - max(r["job_s"] for r in before)
+            fixed.setdefault(strategy, []).append(max(0.0, wall - _work_seconds(batch, builders)))
     return fixed
 
 
 def _start_seconds(rows: list[dict], builders: int) -> list[float]:
     """Each recorded run's seconds before its first batch's work: that batch's wall seconds
-    (`job_s`) less its candidates' builds (in parallel) and runs."""
-    first: dict[tuple, list[dict]] = {}
-    for r in rows:
-        run = (r["source"], r["strategy"])
-        if run not in first or r["batch"] < first[run][0]["batch"]:
-            first[run] = [r]
-        elif r["batch"] == first[run][0]["batch"]:
-            first[run].append(r)
-    return [max(0.0, max(r["job_s"] for r in group) - sum(r.get("build_s") or 0.0 for r in group) / builders
-                - sum(r.get("run_s") or 0.0 for r in group)) for group in first.values()]
+    (`job_s`) less its work."""
+    return [max(0.0, max(r["job_s"] for r in batches[0]) - _work_seconds(batches[0], builders))
+            for batches in _batches_by_run(rows).values()]
 
 
 def _strategy_counts(points: list[Point]) -> dict[str, int]:

@@ -16,6 +16,7 @@ object real runs ask (`TuningBudget`), on that clock.
 from __future__ import annotations
 
 import math
+from collections.abc import Container
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,7 +74,7 @@ class ReplayEnv:
         """Points a uniform sample of the space could give: the random runs' (all, if none)."""
         return self.dataset.uniform_indices
 
-    def lookup(self, sketch: str, decisions: tuple, avoid: set | frozenset = frozenset()) -> Query | None:
+    def lookup(self, sketch: str, decisions: tuple, avoid: Container = frozenset()) -> Query | None:
         """A query for any decisions of a sketch. Not recorded (or in `avoid`, keys of schedules
         the policy has already): snapped to the nearest recorded point not in `avoid` (None when
         none is left), or without snapping the decisions themselves, with the features of their

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import math
+from collections.abc import Container
 
 import numpy as np
 
@@ -163,13 +164,13 @@ class ReplayFactory:
         self._sampled: set[tuple] = set()  # samples handed out: the search keeps those it does not measure
         self._round, self._proposed = -1, set()
 
-    def seen(self) -> set[tuple]:
+    def seen(self) -> _Taken:
         """What a proposal may not repeat: the schedules measured or sampled, and the mutations
         proposed since the last measurement. A mutation proposed but not measured may come again
         in a later round, as one would from a real space, too large to exhaust."""
         if self.env.trials != self._round:
             self._round, self._proposed = self.env.trials, set()
-        return self.env.measured_keys | self._sampled | self._proposed
+        return _Taken((self.env.measured_keys, self._sampled, self._proposed))
 
     def close(self) -> None:
         pass
@@ -221,6 +222,16 @@ class ReplayFactory:
                          features=query.features, generation=generation)
 
 
+class _Taken:
+    """Keys in any of some sets, asked without building their union (asked per proposal)."""
+
+    def __init__(self, sets: tuple[set, ...]) -> None:
+        self.sets = sets
+
+    def __contains__(self, key) -> bool:
+        return any(key in s for s in self.sets)
+
+
 class _NoBans:
     @staticmethod
     def banned() -> list:
@@ -244,7 +255,7 @@ def _values_by_place(env: ReplayEnv) -> dict[tuple[str, int], list[str]]:
 
 
 def _mutate(env: ReplayEnv, parent: Query, values: dict, rng: np.random.Generator, *,
-            small_steps: bool = False, avoid=frozenset()) -> Query | None:
+            small_steps: bool = False, avoid: Container = frozenset()) -> Query | None:
     """The parent with one decision changed to another value recorded there (small steps: the
     next recorded value in first-seen order, a stand-in for a neighbouring tile), as the env
     gives it (snapped); None: nothing new to give (keys in `avoid` are taken)."""
