@@ -96,19 +96,29 @@ def test_is_constant_needs_every_output_the_same():
     assert not is_constant(same[:1])  # one set shows nothing
 
 
-def test_scalar_argument_operators_lower_to_fp16(tmp_path):
-    """ToMixedPrecision stops at a call with a scalar argument (a minimal reproduction of TVM
-    0.27's failure, kept to tell when a TVM release fixes it); lower_precision goes around it."""
+def padded(path):
+    """A Pad after a matmul, which TVM imports as a call_tir of a PrimFunc of its own (Swin pads
+    its windows so)."""
+    return _model([helper.make_node("MatMul", ["x", "w"], ["product"]),
+                   helper.make_node("Pad", ["product", "pads"], ["y"])],
+                  {"w": _weights(), "pads": np.zeros(4, "int64")}, path)
+
+
+@pytest.mark.parametrize("model,argument,kept", [(masked, "T.int64", "R.triu("), (padded, "R.Callable", "R.call_tir(")])
+def test_operators_with_arguments_other_than_tensors_lower_to_fp16(model, argument, kept, tmp_path):
+    """ToMixedPrecision stops at a call with an argument other than a tensor (a minimal
+    reproduction of TVM 0.27's failure, kept to tell when a TVM release fixes it);
+    lower_precision goes around it."""
     import tvm
     from tvm import relax
 
     from kb_tvm.model_tuning import load_onnx, lower_precision, to_relax
 
-    path = masked(tmp_path / "masked.onnx")
-    with pytest.raises(tvm.error.InternalError, match="Expected TensorType, but got T.int64"):
+    path = model(tmp_path / "model.onnx")
+    with pytest.raises(tvm.error.InternalError, match=f"Expected TensorType, but got {argument}"):
         relax.transform.ToMixedPrecision(out_dtype="float32")(to_relax(load_onnx(path)))
     lowered = lower_precision(to_relax(load_onnx(path)), "fp16").script()
-    assert 'dtype="float16"' in lowered and "R.triu(" in lowered  # the matmul's inputs, and the mask
+    assert 'dtype="float16"' in lowered and kept in lowered  # the matmul's inputs, and the operator
     for precision in ("fp16", "bf16"):
         result = _check(path, precision)
         assert result.exit_code == 0, result.output

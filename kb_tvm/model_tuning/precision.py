@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .rewrites import fp16_casts_to_bf16, outline_scalar_argument_calls, over_relax_functions
+from .rewrites import fp16_casts_to_bf16, outline_non_tensor_argument_calls, over_relax_functions
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 MATH = ("fast", "exact")
@@ -62,9 +62,9 @@ def lower_precision(mod, precision: str):
 
     if check_precision(precision) == "fp32":
         return mod
-    # ToMixedPrecision (TVM 0.27) stops at any call with a scalar argument: "Expected TensorType, but
-    # got T.int64" on a causal mask's triu, T.float64 on a clip; such calls sit out in fp32
-    passes = [relax.transform.ConvertToDataflow(), outline_scalar_argument_calls(), relax.transform.Normalize(),
+    # ToMixedPrecision (TVM 0.27) stops at any call with an argument other than a tensor ("Expected
+    # TensorType"): such calls sit out in fp32
+    passes = [relax.transform.ConvertToDataflow(), outline_non_tensor_argument_calls(), relax.transform.Normalize(),
               relax.transform.ToMixedPrecision(out_dtype="float32"), relax.transform.InlinePrivateFunctions(),
               relax.transform.ConvertToDataflow()]
     if precision == "bf16":

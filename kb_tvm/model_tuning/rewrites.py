@@ -65,32 +65,45 @@ def integer_powers_as_products():
     return over_relax_functions(Products, "IntegerPowersAsProducts")
 
 
-def outline_scalar_argument_calls():
-    """Each operator call that takes a scalar (triu's k, clip's bounds) moved into a private
-    function of its own: ToMixedPrecision leaves calls of functions alone (their inputs cast back
-    to fp32) where it fails on the operator itself. InlinePrivateFunctions puts them back."""
+def outline_non_tensor_argument_calls():
+    """Each operator call that takes more than tensors moved into a private function of its own:
+    ToMixedPrecision fails on the operator itself ("Expected TensorType, but got T.int64" on a
+    causal mask's triu, T.float64 on a clip's bounds, R.Callable on a call_tir of the PrimFunc the
+    ONNX importer writes for a Pad, as in Swin), and leaves calls of functions alone (their inputs
+    cast back to fp32). InlinePrivateFunctions puts them back."""
     import tvm
     from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
-    is_scalar = tvm.ir.expr.is_prim_expr
+    def refused(arg) -> bool:  # what ToMixedPrecision fails on (a shape it takes: a reshape's)
+        return tvm.ir.expr.is_prim_expr(arg) or isinstance(arg, (tvm.ir.GlobalVar, relax.ExternFunc))
+
+    def stays(arg) -> bool:  # what the private function keeps in its body
+        return refused(arg) or isinstance(arg, relax.ShapeExpr)
 
     @mutator
     class Outline(PyExprMutator):
         def visit_call_(self, call):
             call = super().visit_call_(call)
-            if not (isinstance(call.op, tvm.ir.Op) and any(is_scalar(arg) for arg in call.args)):
+            if not (isinstance(call.op, tvm.ir.Op) and any(refused(arg) for arg in call.args)):
                 return call
-            tensors = [arg for arg in call.args if not is_scalar(arg)]
-            params = [relax.Var(f"arg{index}", arg.ty) for index, arg in enumerate(tensors)]
-            inner = iter(params)
-            body = relax.Call(call.op, [arg if is_scalar(arg) else next(inner) for arg in call.args],
-                              call.attrs, call.ty_args)
-            name = f"scalar_argument_{call.op.name.split('.')[-1]}"
+            params, tensors = [], []
+
+            def parameter(arg):
+                if stays(arg):
+                    return arg
+                if isinstance(arg, relax.Tuple):  # call_tir's inputs
+                    return relax.Tuple([parameter(field) for field in arg.fields])
+                params.append(relax.Var(f"arg{len(params)}", arg.ty))
+                tensors.append(arg)
+                return params[-1]
+
+            body = relax.Call(call.op, [parameter(arg) for arg in call.args], call.attrs, call.ty_args)
+            name = f"non_tensor_argument_{call.op.name.split('.')[-1]}"
             callee = self.builder_.add_func(relax.Function(params, body, call.ty), name)
             return relax.Call(callee, tensors, ret_ty=call.ty)
 
-    return over_relax_functions(Outline, "OutlineScalarArgumentCalls")
+    return over_relax_functions(Outline, "OutlineNonTensorArgumentCalls")
 
 
 # operators that only move or pick bf16 values: TVM lowers them for any dtype
