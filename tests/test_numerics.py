@@ -216,3 +216,40 @@ def test_cuda_kernels_read_bool_masks_one_value_at_a_time(tmp_path):
     bools = set(re.findall(r"bool\* __restrict__ (\w+)", source))
     assert bools, "the mask reaches the kernel as a bool buffer"
     assert not re.findall(r"\*\(\w+\*\)\((?:%s) " % "|".join(bools), source)
+
+
+def empty_slice(path):
+    """x's last columns past its end (an empty slice, as Phi-3's rotary pass-through where the
+    rotary covers the whole head) concatenated after x's halves swapped, doubled."""
+    return _model([helper.make_node("Slice", ["x", "start", "end", "axis"], ["nothing"]),
+                   helper.make_node("Slice", ["x", "zero", "start", "axis"], ["left"]),
+                   helper.make_node("Concat", ["left", "nothing"], ["joined"], axis=1),
+                   helper.make_node("Add", ["joined", "joined"], ["y"])],
+                  {"start": np.array([16], "int64"), "end": np.array([16], "int64"), "axis": np.array([1], "int64"),
+                   "zero": np.array([0], "int64")}, path)
+
+
+def test_an_empty_slice_s_loop_is_gone_before_the_gpu_default_schedule(tmp_path):
+    """dlight's GPU fallback fuses a loop of extent 0 with the others and divides by zero (TVM
+    0.27; kept to tell when a release fixes it): Phi-3 did not build on CUDA."""
+    import tvm
+    from tensor_core_helpers import H200
+    from tvm import relax
+    from tvm.s_tir import dlight as dl
+
+    from kb_tvm.measure.targets import make_target
+    from kb_tvm.model_tuning import build, load_onnx, relax_module, run_and_time, to_relax
+
+    path = empty_slice(tmp_path / "empty.onnx")
+    cuda = tvm.target.Target(H200)
+    with cuda, tvm.transform.PassContext(opt_level=3):
+        fused = relax.pipeline.zero_pipeline()(to_relax(load_onnx(path)))  # legalized and fused, as TVM has it
+        with pytest.raises(tvm.error.InternalError, match="Divide by zero"):
+            dl.ApplyDefaultSchedule(dl.gpu.Fallback())(fused)
+    build(relax_module(load_onnx(path), cuda, precision="fp16", math="exact"), cuda)  # compiles, no GPU needed
+
+    llvm = make_target("llvm")
+    x = np.random.default_rng(0).standard_normal((4, 16)).astype("float32")
+    (got,), _ = run_and_time(build(relax_module(load_onnx(path), llvm, precision="fp32", math="exact"), llvm),
+                             llvm, [[x]], repeat=1)
+    np.testing.assert_allclose(got[0], 2 * x, rtol=1e-6)

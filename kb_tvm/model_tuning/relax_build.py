@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .onnx_input import ModelError, fold_constants
 from .precision import apply_math, lower_precision
-from .rewrites import integer_powers_as_products, means_of_products_as_one_reduction
+from .rewrites import empty_loops_removed, integer_powers_as_products, means_of_products_as_one_reduction
 
 
 def to_relax(model):
@@ -38,7 +38,8 @@ def prepare(mod, target):
     """The module tasks are extracted from and records are applied to: Relax's own pre-tuning
     steps, as `relax.pipeline.static_shape_tuning_pipeline` runs them before it tunes
     (DecomposeOpsForInference, CanonicalizeBindings, then the zero pipeline: legalize,
-    annotate, fold constants, fuse), after the target's library dispatch. `build` applies the
+    annotate, fold constants, fuse), after the target's library dispatch; then loops of extent 0
+    go (`rewrites.empty_loops_removed`). `build` applies the
     records to this very module, so task names and hashes match by construction.
 
     static_shape_tuning_pipeline itself cannot serve: its MetaScheduleTuneIRMod tunes with
@@ -53,7 +54,7 @@ def prepare(mod, target):
     except (ValueError, AttributeError):
         dispatch = []
     passes = [*dispatch, relax.transform.DecomposeOpsForInference(), relax.transform.CanonicalizeBindings(),
-              pipeline.zero_pipeline()]
+              pipeline.zero_pipeline(), empty_loops_removed()]
     with target, tvm.transform.PassContext(opt_level=3):
         return tvm.transform.Sequential(passes)(mod)
 

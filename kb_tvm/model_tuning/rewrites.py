@@ -180,3 +180,28 @@ def means_of_products_as_one_reduction():
                                          primfunc_name_hint="mean_of_product")
 
     return over_relax_functions(OneReduction, "MeansOfProductsAsOneReduction")
+
+
+def empty_loops_removed():
+    """A module pass: each PrimFunc with a loop of extent 0 (a slice that is empty at this shape,
+    as Phi-3's rotary pass-through is where the rotary covers the whole head) without it, by
+    TVM's RemoveNoOp: such a block writes nothing, and dlight's GPU fallback fused its loops with
+    others and divided by zero. Functions without one are left as they are."""
+    import tvm
+    import tvm_ffi
+    from tvm import tirx
+
+    def has_empty_loop(func) -> bool:
+        found = []
+        tvm_ffi.structural_walk(func.body, [(tirx.For, lambda loop: found.append(
+            isinstance(loop.extent, tirx.IntImm) and loop.extent.value == 0))], order="post")
+        return any(found)
+
+    @tvm.transform.module_pass(opt_level=0, name="EmptyLoopsRemoved")
+    def remove(mod, _ctx):
+        for gvar, func in list(mod.functions.items()):
+            if isinstance(func, tirx.PrimFunc) and has_empty_loop(func):
+                mod[gvar] = tirx.transform.RemoveNoOp()(tvm.IRModule({gvar: func}))[gvar]
+        return mod
+
+    return remove
