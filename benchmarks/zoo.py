@@ -137,9 +137,11 @@ def export(arch: Arch, path: Path):
     return done, [f"input_ids=1x{SEQ}", f"attention_mask=1x{SEQ}"]
 
 
-def _last_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip() and "Warning" not in line]
-    return lines[-1].strip()[:300] if lines else ""
+def _verdict(text: str) -> str:
+    """A run's verdict: its "tuned:" line where it has one, else its last line."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip() and "Warning" not in line]
+    tuned = [line for line in lines if line.startswith("tuned:")]
+    return (tuned or lines or [""])[-1][:300]
 
 
 @click.command()
@@ -177,8 +179,8 @@ def main(names, out, group, budget, target, precision) -> None:
                                   "--target", target, "--precision", precision, *shape_args, "--no-experience",
                                   "--work-dir", str(out / f"{name}-{step}"), *extra],
                                  capture_output=True, text=True, check=False)
-            row[step] = {"exit": ran.returncode, "said": _last_line(ran.stdout if ran.returncode == 0
-                                                                    else ran.stderr or ran.stdout)}
+            row[step] = {"exit": ran.returncode, "said": _verdict(ran.stdout if ran.returncode == 0
+                                                                  else ran.stderr or ran.stdout)}
         summary[name] = row
         click.echo(f"{name:14s} " + "  ".join(f"{step}: {row[step]['said']}" for step, _ in runs))
         (out / "zoo.json").write_text(json.dumps(summary, indent=1))  # after each: a cut run keeps its rows
