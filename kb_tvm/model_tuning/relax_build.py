@@ -39,8 +39,8 @@ def prepare(mod, target):
     steps, as `relax.pipeline.static_shape_tuning_pipeline` runs them before it tunes
     (DecomposeOpsForInference, CanonicalizeBindings, then the zero pipeline: legalize,
     annotate, fold constants, fuse), after the target's library dispatch; then loops of extent 0
-    go (`rewrites.empty_loops_removed`). `build` applies the
-    records to this very module, so task names and hashes match by construction.
+    go (`rewrites.empty_loops_removed`). `build` applies the records to this very module, so
+    task names and hashes match by construction.
 
     static_shape_tuning_pipeline itself cannot serve: its MetaScheduleTuneIRMod tunes with
     stock MetaSchedule's task scheduler and search and takes no strategy, scheduler, wall
