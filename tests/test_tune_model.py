@@ -252,9 +252,11 @@ def test_resume_after_kill_keeps_records_budget_and_finished_tasks(tmp_path):
     from tvm.s_tir import meta_schedule as ms
 
     work_dir = tmp_path / "work"
-    command = [sys.executable, "-m", "kb_tvm.cli", "tune", str(SHIPPED), "--budget", "50s", "--target", "llvm",
+    command = [sys.executable, "-m", "kb_tvm.cli", "tune", str(SHIPPED), "--target", "llvm",
                "--work-dir", str(work_dir), "--seed", "2"]
-    first = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # the first run's budget is room, not pace: it is killed as soon as it has what the test
+    # resumes (on a slow CPU 50 s ended it first, each task one batch in and none ranked)
+    first = subprocess.Popen(command + ["--budget", "120s"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     state_path = work_dir / "kb_state.json"
     deadline = time.monotonic() + 240
     state = None
@@ -262,6 +264,7 @@ def test_resume_after_kill_keeps_records_budget_and_finished_tasks(tmp_path):
     # its coarse phase: when that happens depends on how many batches its regions needed)
     logs = work_dir / "kb_logs"
     while time.monotonic() < deadline:
+        assert first.poll() is None, "the first run ended before two tasks were measured and one ranked its regions"
         if state_path.exists():
             state = json.loads(state_path.read_text())
             measured = [len(t["batch_seconds"]) for t in state["tasks"] if t["batch_seconds"]]
@@ -278,7 +281,8 @@ def test_resume_after_kill_keeps_records_budget_and_finished_tasks(tmp_path):
     assert schedules_before
 
     second_started = time.time()
-    second = subprocess.run(command + ["--resume"], capture_output=True, text=True, timeout=600)
+    budget = f"{state['spent_s'] + 20:.0f}s"  # 20 s more than the first run spent
+    second = subprocess.run(command + ["--budget", budget, "--resume"], capture_output=True, text=True, timeout=600)
     assert second.returncode == 0, second.stderr[-3000:]
     assert "resuming:" in second.stdout
     first_batches = [line for line in second.stdout.splitlines() if "first batch" in line]
