@@ -173,8 +173,8 @@ def main(names, out, group, budget, target, precision) -> None:
             continue
         row = {"export": done.summary()}
         runs = [("numerics", ["--check-numerics-only"])] + ([("tune", ["--budget", budget])] if budget else [])
+        shape_args = [arg for shape in shapes for arg in ("--input-shape", shape)]
         for step, extra in runs:
-            shape_args = [arg for shape in shapes for arg in ("--input-shape", shape)]
             ran = subprocess.run([sys.executable, "-m", "kb_tvm.cli", "tune", str(out / f"{name}.onnx"),
                                   "--target", target, "--precision", precision, *shape_args, "--no-experience",
                                   "--work-dir", str(out / f"{name}-{step}"), *extra],

@@ -18,6 +18,10 @@ Not more, though TVM raises others:
   in our decision provider during a trace's replay comes back as a plain RuntimeError.
 Counted as invalid candidates, any of these ended a broken search quietly with "no new valid
 candidate"; they propagate instead.
+
+A task's design space is another matter (`design_space_failed`): there TVM's own rules run on a
+function TVM made, and some of their C++ checks raise ValueError or IndexError; those mean the
+rules cannot make the space, told from Python's by where they were raised (`raised_in_tvm`).
 """
 
 from __future__ import annotations

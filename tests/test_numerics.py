@@ -219,8 +219,8 @@ def test_cuda_kernels_read_bool_masks_one_value_at_a_time(tmp_path):
 
 
 def empty_slice(path):
-    """x's last columns past its end (an empty slice, as Phi-3's rotary pass-through where the
-    rotary covers the whole head) concatenated after x's halves swapped, doubled."""
+    """x's columns from 16 on (none: an empty slice, as Phi-3's rotary pass-through where the
+    rotary covers the whole head) concatenated after all of x's columns, doubled: 2x."""
     return _model([helper.make_node("Slice", ["x", "start", "end", "axis"], ["nothing"]),
                    helper.make_node("Slice", ["x", "zero", "start", "axis"], ["left"]),
                    helper.make_node("Concat", ["left", "nothing"], ["joined"], axis=1),
