@@ -216,19 +216,26 @@ class TaskSearch:
         # That first chunk is one sample per worker: a ResNet-50 conv's WMMA samples cost ~0.3 s
         # each on 16 cores, and first chunks of 8 per worker took 160 s of an 8-min model budget
         first_chunk = self.factory.workers
+
+        def past_deadline() -> bool:
+            # nothing valid yet: sample on until the empty-space rule can judge, so that a slow
+            # machine's deadline does not leave a task that has no valid schedule to the fine phase
+            undecided = not self.pool and sum(tries) < stopping.EMPTY_SPACE_TRIES
+            return self.clock() >= deadline and not undecided
+
         while True:
             open_spaces = [s for s in range(len(found)) if found[s] < wanted and tries[s] < 8 * wanted]
             if not open_spaces:
                 break
             for space_index in open_spaces:
-                if tries[space_index] and self.clock() >= deadline:
+                if tries[space_index] and past_deadline():
                     continue
                 asked = min(chunk if tries[space_index] else first_chunk, wanted - found[space_index])
                 tries[space_index] += asked
                 made = self.factory.sample(space_index, asked)
                 self.pool += made
                 found[space_index] += len(made)
-            if self.clock() >= deadline and all(tries):
+            if all(tries) and past_deadline():
                 break
         self.sample_tries = sum(tries)
         self.pinned += self.factory.known_good()
