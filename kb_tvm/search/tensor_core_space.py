@@ -19,6 +19,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.space_generator import PostOrderApply, PySpaceGenerator
 from tvm.s_tir.schedule import ScheduleError
 
+from ..measure.targets import register_tensor_intrinsics
 from ..tvm_errors import design_space_failed
 
 # Names carry kb's prefix so that they never collide with intrinsics a later TVM registers.
@@ -50,8 +51,9 @@ _STOCK_WMMA_GROUPS = [
 def register_bf16_intrinsics() -> None:
     """Register the bf16 WMMA load and sync intrinsics, once per process. TensorCoreSpace does
     it; a process of your own that replays kb's bf16 records (compile_tir, a database query)
-    calls it first. It imports TVM's CUDA intrinsics (~17 s on a 2-core machine), so nothing on
-    the build path calls it: builds take scheduled modules, which name no intrinsic."""
+    calls it first. It registers TVM's intrinsics (register_tensor_intrinsics: ~2 s on a 2-core
+    machine, where TVM's own import takes 30 s), so nothing on the build path calls it: builds
+    take scheduled modules, which name no intrinsic."""
     from tvm.s_tir import TensorIntrin
 
     wanted = {
@@ -64,6 +66,7 @@ def register_bf16_intrinsics() -> None:
     missing = {name: how for name, how in wanted.items() if TensorIntrin.get(name, allow_missing=True) is None}
     if not missing:
         return
+    register_tensor_intrinsics()
     from tvm.s_tir.tensor_intrin import cuda as intrin
 
     for name, (kind, *args) in missing.items():
@@ -76,7 +79,6 @@ def tensor_core_rules(*, software_pipeline: bool = False) -> list:
     """DefaultCUDATensorCore's rules with the WMMA rule also holding the bf16 groups;
     software_pipeline: the WMMA rule loads the next k1 step's tiles (through registers, into
     double-buffered shared memory) while the current one computes."""
-    import tvm.s_tir.tensor_intrin.cuda  # noqa: F401 - registers TVM's wmma/mma intrinsics
     from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule.schedule_rule import (
         MultiLevelTilingTensorCore,
