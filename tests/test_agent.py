@@ -89,7 +89,7 @@ def test_the_shipped_agent_steers_a_real_tune(tmp_path):
     # its coarse phase ends once every region is measured (~36 trials), and a slow machine whose
     # first batch eats a 20 s budget still reaches the fine phase
     result = CliRunner().invoke(main, ["tune-op", "softmax-128x768", "--strategy", "agent", "--budget",
-                                       "90s", "--max-trials", "56", "--target", "llvm", "--seed", "1",
+                                       "90s", "--max-trials", "44", "--target", "llvm", "--seed", "1",
                                        "--trials-per-batch", "4", "--no-experience", "--work-dir", str(tmp_path / "w"),
                                        "--json-out", str(out)])
     assert result.exit_code == 0, result.output

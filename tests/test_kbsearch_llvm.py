@@ -143,7 +143,7 @@ def test_kbsearch_works_in_tune_relax_with_one_shared_budget(tmp_path, llvm_targ
     from kb_tvm import KBBuilder, KBSearch, TuningBudget, guard_metaschedule_logger
 
     mod = relax.transform.LegalizeOps()(_small_relax_model())
-    budget = TuningBudget("20s")
+    budget = TuningBudget("15s")
     builder = KBBuilder(workers=2, timeout_s=60)  # as _tune's: LocalBuilder's workers start slowly
     try:
         with guard_metaschedule_logger():
@@ -157,7 +157,7 @@ def test_kbsearch_works_in_tune_relax_with_one_shared_budget(tmp_path, llvm_targ
     assert len(logs) >= 2  # one decision log per task
     stops = [read_log(p)[-1] for p in logs]
     assert all(s["event"] == "stop" for s in stops)
-    assert budget.spent < 20.0 + 30.0  # one budget for all tasks, at most a batch over
+    assert budget.spent < 15.0 + 30.0  # one budget for all tasks, at most a batch over
     database = ms.database.JSONDatabase(work_dir=str(tmp_path))
     assert len(database.get_all_tuning_records()) > 0
 
@@ -240,11 +240,11 @@ def test_a_weight_packed_by_rewrite_layout_is_measured_in_its_packed_shape(tmp_p
 
 
 def test_a_second_run_on_the_same_database_starts_from_the_first_runs_best(tmp_path, llvm_target):
-    _tune("gemm-128", llvm_target, tmp_path, "12s")
+    _tune("gemm-128", llvm_target, tmp_path, "8s")
     (log_path,) = (tmp_path / "kb_logs").glob("*.jsonl")
     first = read_log(log_path)
     log_path.rename(log_path.with_suffix(".first"))  # the second run writes a log of its own
-    _tune("gemm-128", llvm_target, tmp_path, "8s")
+    _tune("gemm-128", llvm_target, tmp_path, "6s")
     second = read_log(next((tmp_path / "kb_logs").glob("*.jsonl")))
     (loaded,) = [e for e in second if e["event"] == "from-database"]
     assert loaded["applied"] >= 1

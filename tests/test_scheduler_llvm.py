@@ -31,7 +31,7 @@ def test_the_hot_task_gets_the_seconds_within_one_budget(tmp_path, llvm_target):
     from kb_tvm import KBSearch, KBTaskScheduler, TuningBudget, guard_metaschedule_logger
     from kb_tvm.tuning import measurement_pipeline
 
-    budget = TuningBudget("45s")
+    budget = TuningBudget("30s")
     events = []
     scheduler = KBTaskScheduler(budget=budget, on_event=events.append)
     # kb's pipeline: with stock's ~16 s of fixed cost per batch on 2 cores, three first batches
