@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 
 # Static shared memory per block: what a kernel without opt-in may use (every arch since sm_20).
 # MetaSchedule's CUDA-core rules stage tiles in static `shared`; above 48 KB those fail to build.
@@ -114,16 +115,26 @@ def register_tensor_intrinsics() -> None:
     the import, `inspect.stack` reads each frame's line from linecache instead: TVM's parser
     gets the same frames and lines. Called again, it does nothing."""
     import importlib
-    import inspect
     import sys
 
     package = "tvm.s_tir.tensor_intrin"
     if package in sys.modules:
         return
+    with tvmscript_stack_from_linecache():
+        importlib.import_module(package)
+
+
+@contextmanager
+def tvmscript_stack_from_linecache():
+    """While TVMScript functions are made in its block (TVM's intrinsics, kb's bf16 ones),
+    `inspect.stack` reads each frame's line from linecache, without the module lookups that
+    cost TVM's import of its intrinsics 30 s on 2 cores (register_tensor_intrinsics)."""
+    import inspect
+
     stack = inspect.stack
     inspect.stack = _stack_from_linecache
     try:
-        importlib.import_module(package)
+        yield
     finally:
         inspect.stack = stack
 

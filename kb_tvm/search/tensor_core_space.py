@@ -19,7 +19,7 @@ from tvm.ir.utils import derived_object
 from tvm.s_tir.meta_schedule.space_generator import PostOrderApply, PySpaceGenerator
 from tvm.s_tir.schedule import ScheduleError
 
-from ..measure.targets import register_tensor_intrinsics
+from ..measure.targets import register_tensor_intrinsics, tvmscript_stack_from_linecache
 from ..tvm_errors import design_space_failed
 
 # Names carry kb's prefix so that they never collide with intrinsics a later TVM registers.
@@ -69,10 +69,11 @@ def register_bf16_intrinsics() -> None:
     register_tensor_intrinsics()
     from tvm.s_tir.tensor_intrin import cuda as intrin
 
-    for name, (kind, *args) in missing.items():
-        parts = (intrin.get_wmma_load_intrin(16, 16, 16, "bfloat16", *args) if kind == "load"
-                 else intrin.get_wmma_sync_intrin(16, 16, 16, "bfloat16", *args))
-        TensorIntrin.register(name, *parts)
+    with tvmscript_stack_from_linecache():
+        for name, (kind, *args) in missing.items():
+            parts = (intrin.get_wmma_load_intrin(16, 16, 16, "bfloat16", *args) if kind == "load"
+                     else intrin.get_wmma_sync_intrin(16, 16, 16, "bfloat16", *args))
+            TensorIntrin.register(name, *parts)
 
 
 def tensor_core_rules(*, software_pipeline: bool = False) -> list:
