@@ -197,6 +197,20 @@ def test_with_a_faster_kernel_outside_the_space_the_first_batch_only_probes():
     assert plan.batch_size(0) == 8
 
 
+def test_a_first_batch_measures_what_ranking_the_regions_needs_not_the_whole_pool():
+    plan, _ = _planner(total=100.0, coarse_trials_per_region=2)
+    plan.count_samples([Item((f"s0/{name}",)) for name in "abc" for _ in range(20)], [])
+    assert plan.batch_size(0) == 6  # two for each of three regions, of a batch of 8
+    assert plan.batch_size(7) == 7  # borrowed schedules waiting all go first
+    plan.batches = 1
+    assert plan.batch_size(0) == 8  # later batches are full
+    plan, _ = _planner(total=100.0, coarse_trials_per_region=2)
+    plan.count_samples([Item(("s0/a",)) for _ in range(20)], [])
+    assert plan.batch_size(0) == 2  # one region: no fewer than the 2 cores
+    plan.restore([], coarse_finished=True)  # an earlier run ranked them: a full batch
+    assert plan.batch_size(0) == 8
+
+
 def test_a_search_stops_when_its_pace_would_not_reach_a_faster_kernel_outside_its_space():
     # a 90-s tune-op of gemm-4096-fp16 on an H200: the template's kernel at
     # 0.2335 ms in 7 s, MetaSchedule's best after each batch (own seconds); the model's

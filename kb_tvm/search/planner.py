@@ -66,7 +66,10 @@ class Planner:
         None when that batch would overrun the budget (and the search stops). `probe`: a
         faster kernel outside the space is known, so the first batch only probes how far
         behind it the space starts (a quarter batch): on the H200 a decoder's GEMM tasks,
-        under the Hopper family's kernels, spent 10-18 s each on full first batches."""
+        under the Hopper family's kernels, spent 10-18 s each on full first batches. Else a
+        first batch measures what the coarse phase needs to rank the regions sampled, not the
+        whole pool: every task's first batch delays the others' (a ViT's layer norm measured
+        all 62 of its samples in an 18-s first batch on an H100)."""
         preferred = min(self.trials_per_batch, self.max_trials - self.trials)
         minimum = min(max(self.num_cores, preferred // 4), preferred)
         n = decisions.batch_size(self.budget.remaining, self.cost, preferred=preferred, minimum=minimum)
@@ -74,6 +77,8 @@ class Planner:
             n = decisions.warm_start_batch(pinned, self.cost, self.budget.remaining, n)
             if probe:
                 n = min(n, minimum)
+            elif self.regions and not self.coarse_finished_before:
+                n = min(n, max(minimum, pinned, len(self.regions) * self.opt.coarse_trials_per_region))
         why = stopping.overrun(remaining_seconds=self.budget.remaining, batch_seconds=self.cost.batch_seconds(n))
         if self.batches and why is not None:
             self.stop(why)
