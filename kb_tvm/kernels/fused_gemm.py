@@ -41,6 +41,13 @@ class GemmProblem:
         return (self.k, columns) if self.b_layout == "kn" else (columns, self.k)
 
     @property
+    def tiling(self) -> tuple[int, int]:
+        """(M, batch) as a tiled kernel takes the GEMMs: with one B for all, the batch's matrices
+        are one GEMM of batch x m rows, so that a tile spans matrices (a sequence-first Linear's
+        197 matrices of one row each are 4 tiles of 64 rows, not 197); with a B each, each its own."""
+        return (self.m, self.batch) if self.b_batched else (self.batch * self.m, 1)
+
+    @property
     def gemm_shapes(self) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
         """A, B and C as the kernels take them: 2-D, a batch's matrices one after the other."""
         b_rows = (self.batch if self.b_batched else 1) * (self.k if self.b_layout == "kn" else self.n)
@@ -93,11 +100,12 @@ class FusedGemm:
         if tile.b_layout != p.b_layout or tile.dtype != p.dtype:
             raise ValueError(f"GemmTile({tile.describe()}) is for B {tile.b_layout} {tile.dtype}; this task's B is "
                              f"{p.b_layout} {p.dtype}")
-        batched = {"batch": p.batch, "b_batched": p.b_batched}
+        m, batch = p.tiling  # the epilogue's row counts across the batch either way
+        batched = {"batch": batch, "b_batched": p.b_batched}
         if tile.k_splits > 1:  # main(A, B, P): the partial sums; `summed` applies the epilogue
-            return gemm(p.m, p.n, p.k, tile, "float32", **batched).with_attr("global_symbol", symbol)
+            return gemm(m, p.n, p.k, tile, "float32", **batched).with_attr("global_symbol", symbol)
         return self._with_task_params(
-            lambda epilogue: gemm(p.m, p.n, p.k, tile, p.out_dtype, epilogue=epilogue, b_columns=b_columns, **batched),
+            lambda epilogue: gemm(m, p.n, p.k, tile, p.out_dtype, epilogue=epilogue, b_columns=b_columns, **batched),
             symbol)
 
     def summed(self, splits: int, symbol: str):

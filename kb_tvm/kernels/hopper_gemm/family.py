@@ -61,7 +61,8 @@ class HopperGemm(KernelFamily):
             raise NotAGemm(f"N={p.n} is not a multiple of 8 and B[K, N] is not one constant to pad once at build "
                            "(TMA copies rows of 16 bytes)")
         try:
-            return VariantSearch(p.m, p.n, p.k, p.dtype, p.b_layout, batch=p.batch, b_batched=p.b_batched,
+            m, batch = p.tiling
+            return VariantSearch(m, p.n, p.k, p.dtype, p.b_layout, batch=batch, b_batched=p.b_batched,
                                  b_columns=columns)
         except ValueError as why:  # no tile fits the shape
             raise NotAGemm(str(why)) from None
