@@ -113,6 +113,27 @@ def test_integer_example_inputs_are_valid_ids_and_a_mask_that_masks():
     assert ids2.tolist() == [[1, 1, 1, 1, 0, 0, 0, 0]] and not np.allclose(scale, scale2)
 
 
+def test_builds_are_compared_in_turns_each_by_its_fastest_round(monkeypatch):
+    """The builds with and without the families' kernels are timed one after another, then again:
+    a burst of other work on the machine slows one round, not the comparison."""
+    from kb_tvm.model_tuning import profiling
+
+    rounds = {"with": [5.0, 1.0], "without": [2.0, 2.0]}  # "with" timed during a burst, then alone
+    calls = []
+
+    def timed(executable, target, input_sets):
+        calls.append((executable, len(input_sets)))
+        return [[executable]], rounds[executable][sum(name == executable for name, _ in calls) - 1]
+
+    monkeypatch.setattr(profiling, "run_and_time", timed)
+    results = profiling.time_in_turns(["with", "without"], "llvm", [["set 1"], ["set 2"]])
+    assert results == [([["with"]], 1.0), ([["without"]], 2.0)]
+    assert calls == [("with", 2), ("without", 2), ("with", 1), ("without", 1)]  # outputs of both sets once
+    rounds["alone"], calls[:] = [3.0], []
+    assert profiling.time_in_turns(["alone"], "llvm", [["set 1"]], rounds=3) == [([["alone"]], 3.0)]
+    assert calls == [("alone", 1)]  # nothing to compare: timed once
+
+
 def test_unknown_target_and_unwritable_work_dir(tmp_path):
     result = CliRunner().invoke(main, ["tune", str(SHIPPED), "--target", "tpu", "--work-dir", str(tmp_path / "w")])
     assert result.exit_code != 0 and "unknown target 'tpu'" in result.output and not (tmp_path / "w").exists()

@@ -17,7 +17,7 @@ from ..measure.targets import register_tensor_intrinsics, use_target_cores
 from .onnx_input import example_inputs, onnxruntime_outputs
 from .numerics import NumericsMismatch, check_untuned
 from .precision import TOLERANCES, check_precision, compare_sets, math_for, model_space
-from .profiling import profile_kernels, run_and_time
+from .profiling import profile_kernels, run_and_time, time_in_turns
 from .record_check import without, wrong_records
 from .record_choice import better_than_default
 from .relax_build import build, relax_module
@@ -189,10 +189,12 @@ def tune_model(
     tolerance = TOLERANCES[precision]
 
     def best_build(chosen):  # with the families' kernels: each set worth trying, built and timed end to end
+        options = model_stage.options(found, used_latency)
+        candidates = [build(mod, target, chosen, cuda_graph=cuda_graph, kernels=[c.kernel() for c in option])
+                      for option in options]
+        timed = time_in_turns(candidates, target, input_sets)
         tried, best = [], None
-        for option in model_stage.options(found, used_latency):
-            candidate = build(mod, target, chosen, cuda_graph=cuda_graph, kernels=[c.kernel() for c in option])
-            outputs, latency = run_and_time(candidate, target, input_sets)
+        for option, candidate, (outputs, latency) in zip(options, candidates, timed):
             wrong = compare_sets(references, outputs, tolerance)[0] if option else None  # none: reported below
             tried.append({"tasks": [c.task for c in option], "latency_ms": latency * 1e3, "mismatch": wrong})
             if wrong is None and (best is None or latency < best[0]):
