@@ -70,6 +70,19 @@ def architectures(tf) -> dict[str, Arch]:
         "granite": decoder("GraniteForCausalLM", tf.GraniteConfig(**TOKENS, num_key_value_heads=2, **sdpa)),
         "olmo": decoder("OlmoForCausalLM", tf.OlmoConfig(**TOKENS, num_key_value_heads=4, **sdpa)),
         "stablelm": decoder("StableLmForCausalLM", tf.StableLmConfig(**TOKENS, num_key_value_heads=4, **sdpa)),
+        "gemma2": decoder("Gemma2ForCausalLM", tf.Gemma2Config(
+            **TOKENS, num_key_value_heads=2, head_dim=16, sliding_window=16,
+            attn_implementation="eager")),  # soft-capped scores (no sdpa), sliding window
+        "qwen3": decoder("Qwen3ForCausalLM", tf.Qwen3Config(**TOKENS, num_key_value_heads=2, head_dim=16,
+                                                            **sdpa)),  # RMSNorm on queries and keys
+        "mixtral": decoder("MixtralForCausalLM", tf.MixtralConfig(
+            **TOKENS, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, **sdpa)),  # mixture of experts
+        "bloom": decoder("BloomForCausalLM", tf.BloomConfig(vocab_size=512, hidden_size=64, n_layer=2, n_head=4)),
+        # ALiBi: no positions, a bias per head (eager attention: no sdpa)
+        "gptj": decoder("GPTJForCausalLM", tf.GPTJConfig(vocab_size=512, n_embd=64, n_layer=2, n_head=4, rotary_dim=8,
+                                                         n_positions=256, **sdpa)),  # interleaved rotary
+        "starcoder2": decoder("Starcoder2ForCausalLM", tf.Starcoder2Config(
+            **TOKENS, num_key_value_heads=2, sliding_window=16, **sdpa)),  # biases, LayerNorm, GELU MLP
         "roberta": encoder("RobertaModel", tf.RobertaConfig(**TOKENS, pad_token_id=1, **sdpa)),  # positions from ids
         "distilbert": encoder("DistilBertModel", tf.DistilBertConfig(vocab_size=512, dim=64, n_layers=2, n_heads=4,
                                                                      hidden_dim=176, max_position_embeddings=256,
@@ -179,8 +192,9 @@ def main(names, out, group, budget, target, precision) -> None:
                                   "--target", target, "--precision", precision, *shape_args, "--no-experience",
                                   "--work-dir", str(out / f"{name}-{step}"), *extra],
                                  capture_output=True, text=True, check=False)
+            (out / f"{name}-{step}.log").write_text(ran.stdout + ran.stderr)  # the whole of what it said
             row[step] = {"exit": ran.returncode, "said": _verdict(ran.stdout if ran.returncode == 0
-                                                                  else ran.stderr or ran.stdout)}
+                                                                  else ran.stdout + "\n" + ran.stderr)}
         summary[name] = row
         click.echo(f"{name:14s} " + "  ".join(f"{step}: {row[step]['said']}" for step, _ in runs))
         (out / "zoo.json").write_text(json.dumps(summary, indent=1))  # after each: a cut run keeps its rows

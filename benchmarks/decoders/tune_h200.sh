@@ -46,7 +46,9 @@ case $what in
         $(shapes "$name") --strategy "$strategy" --work-dir "/tmp/$name-$what" --no-experience \
         > "$OUT/$name-$what/log.txt" 2>&1
       echo "$what $name exit $?"
-      cp "/tmp/$name-$what/report.json" "/tmp/$name-$what/report.md" "$OUT/$name-$what/" 2>/dev/null
+      # kernels.jsonl: every family variant measured, with its time or why it failed
+      cp "/tmp/$name-$what/report.json" "/tmp/$name-$what/report.md" "/tmp/$name-$what/kernels.jsonl" \
+        "$OUT/$name-$what/" 2>/dev/null
       # the decision logs say where a task's seconds went (sampling, builds, runs)
       tar czf "$OUT/$name-$what/kb_logs.tgz" -C "/tmp/$name-$what" kb_logs 2>/dev/null
       grep -v Warning "$OUT/$name-$what/log.txt" | tail -25
