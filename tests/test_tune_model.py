@@ -274,7 +274,7 @@ def test_resume_after_kill_keeps_records_budget_and_finished_tasks(tmp_path):
 
     work_dir = tmp_path / "work"
     command = [sys.executable, "-m", "kb_tvm.cli", "tune", str(SHIPPED), "--target", "llvm",
-               "--work-dir", str(work_dir), "--seed", "2"]
+               "--work-dir", str(work_dir), "--seed", "2", "--trials-per-batch", "8"]
     # the first run's budget is room, not pace: it is killed as soon as it has what the test
     # resumes (on a slow CPU 50 s ended it first, each task one batch in and none ranked)
     first = subprocess.Popen(command + ["--budget", "120s"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -302,7 +302,7 @@ def test_resume_after_kill_keeps_records_budget_and_finished_tasks(tmp_path):
     assert schedules_before
 
     second_started = time.time()
-    budget = f"{state['spent_s'] + 20:.0f}s"  # 20 s more than the first run spent
+    budget = f"{state['spent_s'] + 10:.0f}s"  # 10 s more than the first run spent
     second = subprocess.run(command + ["--budget", budget, "--resume"], capture_output=True, text=True, timeout=600)
     assert second.returncode == 0, second.stderr[-3000:]
     assert "resuming:" in second.stdout
