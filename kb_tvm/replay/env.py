@@ -83,9 +83,12 @@ class ReplayEnv:
         if index is not None and (sketch, decisions) not in avoid:
             return self.query(index)
         if self.snap:
-            keys = self.dataset.keys
-            return next((self.query(i) for i in self.surrogate.neighbours(sketch, decisions).tolist()
-                         if keys[i] not in avoid), None)
+            keys, near = self.dataset.keys, self.surrogate.neighbours(sketch, decisions)
+            for start in range(0, len(near), 64):  # the nearest free point is often near the front
+                for i in near[start:start + 64].tolist():
+                    if keys[i] not in avoid:
+                        return self.query(i)
+            return None
         if (sketch, decisions) in avoid:
             return None
         near = self.surrogate.neighbours(sketch, decisions)[:1]
