@@ -80,7 +80,8 @@ def architectures(tf) -> dict[str, Arch]:
         "bloom": decoder("BloomForCausalLM", tf.BloomConfig(vocab_size=512, hidden_size=64, n_layer=2, n_head=4)),
         # ALiBi: no positions, a bias per head (eager attention: no sdpa)
         "gptj": decoder("GPTJForCausalLM", tf.GPTJConfig(vocab_size=512, n_embd=64, n_layer=2, n_head=4, rotary_dim=8,
-                                                         n_positions=256, **sdpa)),  # interleaved rotary
+                                                         n_positions=256, attn_implementation="eager")),
+        # interleaved rotary; eager: transformers 5.17 (the GPU machine's) has no sdpa for GPT-J
         "starcoder2": decoder("Starcoder2ForCausalLM", tf.Starcoder2Config(
             **TOKENS, num_key_value_heads=2, sliding_window=16, **sdpa)),  # biases, LayerNorm, GELU MLP
         "roberta": encoder("RobertaModel", tf.RobertaConfig(**TOKENS, pad_token_id=1, **sdpa)),  # positions from ids
@@ -179,7 +180,9 @@ def main(names, out, group, budget, target, precision) -> None:
     for name in names or [n for n, arch in zoo.items() if group in (None, arch.group)]:
         try:
             done, shapes = export(zoo[name], out / f"{name}.onnx")
-        except RuntimeError as err:  # torch.onnx refuses an operator: this row's verdict, not the run's end
+        except (RuntimeError, ValueError) as err:
+            # torch.onnx refuses an operator (RuntimeError), or this transformers refuses the config (ValueError:
+            # GPT-J with sdpa before its support): this row's verdict, not the run's end
             summary[name] = {"export": f"failed: {type(err).__name__}: {str(err).strip().splitlines()[0][:200]}"}
             click.echo(f"{name:14s} export {summary[name]['export']}")
             (out / "zoo.json").write_text(json.dumps(summary, indent=1))
