@@ -61,7 +61,7 @@ def _failure(err: BaseException, what: str, timeout_s: float) -> str:
 # into LLVM for minutes) then costs its worker 10 s, not the cold-start allowance: at 120 s two of
 # them stalled a 60-s CPU budget for 4 minutes, and at 30 s one ate a 20-s budget whole. At 20x a
 # softmax's 1.7-s builds, one such build still held a 4-candidate batch for 34 s of a 90-s budget;
-# in the shipped datasets no build that succeeded took 8x the slowest recorded before it.
+# in the shipped datasets (in file order) no build that succeeded would have been cut at 8x.
 SLOW_BUILD_FACTOR = 8
 BUILD_FLOOR_S = 10.0
 # and never past the job's budget by more than this: a build cut there fails, a build let run
