@@ -49,16 +49,31 @@ def test_every_admitted_variant_lowers_to_sm90a_cuda_with_wgmma_and_tma(tile):
     assert f"__launch_bounds__({tile.threads}{', 1' if tile.setmaxnreg else ''})" in source
 
 
+@pytest.fixture(scope="module")
+def assembled(tmp_path_factory):
+    """ptxas's report on each admitted variant, the nvcc runs side by side (each is a process)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    folder = tmp_path_factory.mktemp("ptxas")
+
+    def assemble(i, source):
+        (folder / f"k{i}.cu").write_text(source)
+        return subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", "-w", "-Xptxas", "-v",
+                               "-o", str(folder / f"k{i}.cubin"), str(folder / f"k{i}.cu")],
+                              capture_output=True, text=True, timeout=300)
+
+    sources = [compile_gemm(2 * t.bm * t.cluster_m, 3 * t.bn, 256, t, "float16").mod.imports[0].inspect_source()
+               for t in ADMITTED]
+    with ThreadPoolExecutor(4) as pool:
+        return dict(zip(ADMITTED, pool.map(assemble, range(len(sources)), sources)))
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (CUDA's ptxas), not a GPU")
 @pytest.mark.parametrize("tile", ADMITTED, ids=lambda t: t.describe().replace(", ", "-"))
-def test_ptxas_assembles_every_admitted_variant_for_sm90a_without_spills(tile, tmp_path):
+def test_ptxas_assembles_every_admitted_variant_for_sm90a_without_spills(tile, assembled):
     """What NVRTC meets on the GPU, met here: the inline PTX (wgmma, TMA multicast, mapa, cluster
     barriers, setmaxnreg) must assemble, and the accumulators must stay in registers."""
-    source = tmp_path / "kernel.cu"
-    source.write_text(compile_gemm(2 * tile.bm * tile.cluster_m, 3 * tile.bn, 256, tile, "float16")
-                      .mod.imports[0].inspect_source())
-    done = subprocess.run(["nvcc", "-arch=sm_90a", "-cubin", "-w", "-Xptxas", "-v", "-o", str(tmp_path / "k.cubin"),
-                           str(source)], capture_output=True, text=True, timeout=120)
+    done = assembled[tile]
     assert done.returncode == 0, done.stderr[-2000:]
     assert "0 bytes spill stores, 0 bytes spill loads" in done.stderr
     registers = int(re.search(r"Used (\d+) registers", done.stderr).group(1))

@@ -268,8 +268,7 @@ def test_a_run_whose_tracker_dies_stops_in_one_line_keeps_its_records_and_resume
     from tvm.s_tir import meta_schedule as ms
 
     model, work = str(_two_matmul_model(tmp_path / "mlp.onnx")), tmp_path / "work"
-    args = ["tune", model, "--target", "llvm", "--budget", "30s", "--key", KEY, "--work-dir", str(work),
-            "--no-experience", "--seed", "1"]
+    args = ["tune", model, "--target", "llvm", "--key", KEY, "--work-dir", str(work), "--no-experience", "--seed", "1"]
     address, procs = _tracker_and_server()
     saw = []
 
@@ -283,7 +282,7 @@ def test_a_run_whose_tracker_dies_stops_in_one_line_keeps_its_records_and_resume
 
     killer = threading.Thread(target=kill_once_measured)
     killer.start()
-    first = CliRunner().invoke(main, args + ["--rpc", address])
+    first = CliRunner().invoke(main, args + ["--budget", "30s", "--rpc", address])
     killer.join()
     assert saw, "no candidate was measured through the tracker"
     assert first.exit_code == 1, first.output[-3000:]
@@ -297,7 +296,9 @@ def test_a_run_whose_tracker_dies_stops_in_one_line_keeps_its_records_and_resume
 
     address, procs = _tracker_and_server()
     try:
-        second = CliRunner().invoke(main, args + ["--rpc", address, "--resume"])
+        # a few seconds past what the first run spent: resuming is what is checked, not more tuning
+        budget = f"{state['spent_s'] + 5:.0f}s"
+        second = CliRunner().invoke(main, args + ["--budget", budget, "--rpc", address, "--resume"])
     finally:
         for proc in procs:
             _kill(proc)
