@@ -221,3 +221,5 @@ def test_a_residual_network_is_tuned_through_the_family(tmp_path):
     assert right, (hottest["task"], rows)
     assert hottest["schedule"].startswith("cpu_conv rows=") or hottest["schedule"] == "tuned", convs
     assert "cpu_conv: fused_conv2d" in done.stdout
+    # TVM 0.27 logs "Scope Saving:" for each memory scope the library saves: noise, not shown
+    assert "Scope Saving" not in done.stderr

@@ -20,7 +20,7 @@ from .precision import TOLERANCES, check_precision, compare_sets, math_for, mode
 from .profiling import profile_kernels, run_and_time, time_in_turns
 from .record_check import without, wrong_records
 from .record_choice import better_than_default
-from .relax_build import build, relax_module
+from .relax_build import build, export_library, relax_module
 from .report import (
     _task_row,
     device_seconds,
@@ -215,7 +215,7 @@ def tune_model(
     tuned_latency, tuned_outputs, executable, used_kernels = best
     kernels = [c.kernel() for c in used_kernels]
     used_latency.update({c.task: c.seconds for c in used_kernels})
-    executable.export_library(str(work_dir / "model.so"))
+    export_library(executable, work_dir / "model.so")
     graphs = cuda_graph and is_cuda
     if graphs:  # what the graphs bring: the same records, launched one by one
         _, without_graphs = run_and_time(build(mod, target, chosen, cuda_graph=False, kernels=kernels), target,

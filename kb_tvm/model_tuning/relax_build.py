@@ -116,3 +116,28 @@ def build(mod, target, database=None, *, cuda_graph: bool = True, kernels=()):
     config = {"relax.backend.use_cuda_graph": cuda_graph and target.kind.name == "cuda"}
     with target, database, tvm.transform.PassContext(opt_level=3, config=config):
         return relax.build(mod, target=target, relax_pipeline=tuned_pipeline, tir_pipeline=register_tir_pipeline())
+
+
+def export_library(executable, path) -> None:
+    """`executable.export_library(path)`, without the "Scope Saving:" warning TVM 0.27 logs for
+    every memory scope it saves (a debug line left in src/runtime/vm/executable.cc: 14-19 lines at
+    the end of a small model's tune, none of them about the user's model). TVM writes it to file
+    descriptor 2, below Python, so the descriptor is caught for the call; every other line it or
+    the linker wrote passes through."""
+    import os
+    import sys
+    import tempfile
+
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as caught:
+        stderr = os.dup(2)
+        os.dup2(caught.fileno(), 2)
+        try:
+            executable.export_library(str(path))
+        finally:
+            os.dup2(stderr, 2)
+            os.close(stderr)
+            caught.seek(0)
+            lines = caught.read().decode(errors="replace").splitlines(keepends=True)
+            sys.stderr.write("".join(line for line in lines if "Warning: Scope Saving:" not in line))
+            sys.stderr.flush()
