@@ -83,12 +83,14 @@ def test_the_shipped_agent_steers_a_real_tune(tmp_path):
     from kb_tvm.decision_log import read_log
 
     out = tmp_path / "result.json"
-    # a softmax, which no kernel family takes: on a GEMM (batched ones too, since the CPU GEMM
+    # a layer norm, which no kernel family takes: on a GEMM (batched ones too, since the CPU GEMM
     # family takes attention's) the family's kernel is the bar, and MetaSchedule's search stops
-    # before its fine phase when it cannot pass it. A trial cap, not a tight budget, ends the run:
-    # its coarse phase ends once every region is measured (~36 trials), and a slow machine whose
-    # first batch eats a 20 s budget still reaches the fine phase
-    result = CliRunner().invoke(main, ["tune-op", "softmax-128x768", "--strategy", "agent", "--budget",
+    # before its fine phase when it cannot pass it. Not the softmax: some of its deep-unroll
+    # schedules take LLVM 15 s to build before they are cut, which made this test 29-60 s long.
+    # A trial cap, not a tight budget, ends the run: its coarse phase ends once every region is
+    # measured (~36 trials), and a slow machine whose first batch eats a 20 s budget still
+    # reaches the fine phase
+    result = CliRunner().invoke(main, ["tune-op", "layernorm-128x768", "--strategy", "agent", "--budget",
                                        "90s", "--max-trials", "44", "--target", "llvm", "--seed", "1",
                                        "--trials-per-batch", "4", "--no-experience", "--work-dir", str(tmp_path / "w"),
                                        "--json-out", str(out)])
