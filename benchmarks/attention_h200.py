@@ -29,13 +29,13 @@ TARGET = {"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024, "max_s
           "thread_warp_size": 32, "registers_per_block": 65536, "host": {"kind": "llvm"}}
 
 
-def problem(heads, seq, d, bias, dtype, out_dtype, kv_group):
+def problem(heads, seq, d, bias, dtype, out_dtype, kv_group, out_layout="bhsd"):
     from kb_tvm.kernels.attention import AttentionShape
 
     bias_dims = None if bias == "none" else (1, 1, 1, seq) if bias == "padding" else (1, 1, seq, seq)
     return AttentionShape(batch=1, heads=heads, seq=seq, seq_kv=seq, d=d, d_v=d, dtype=dtype, out_dtype=out_dtype,
                           bias_dims=bias_dims, round_scores=True, nan_to_zero=bias != "padding",
-                          scale=0.125 if bias == "padding" else 1.0, kv_group=kv_group)
+                          scale=0.125 if bias == "padding" else 1.0, kv_group=kv_group, out_layout=out_layout)
 
 
 def inputs(p, bias: str, seed: int = 0) -> list[np.ndarray]:
@@ -72,14 +72,17 @@ def numpy_reference(p, arrays) -> np.ndarray:
         e = np.exp(s - s.max(-1, keepdims=True))
         probs = e / e.sum(-1, keepdims=True)
     probs = np.where(np.isnan(probs), 0.0, probs)
-    return (probs @ v).astype(np.float32)
+    out = (probs @ v).astype(np.float32)
+    return out.transpose(0, 2, 1, 3) if p.out_layout == "bshd" else out
 
 
 @click.command()
 @click.option("--out", "out_path", required=True)
 @click.option("--shape", "names", multiple=True, help="Of SHAPES (default: all).")
 @click.option("--with-skip", is_flag=True, help="Also the tiles that skip masked key tiles (not searched).")
-def main(out_path: str, names: tuple[str, ...], with_skip: bool) -> None:
+@click.option("--out-layout", type=click.Choice(["bhsd", "bshd"]), default="bhsd", show_default=True,
+              help="The output's axes: heads outermost, or each query's heads side by side.")
+def main(out_path: str, names: tuple[str, ...], with_skip: bool, out_layout: str) -> None:
     import torch
     import tvm
     from tvm import te
@@ -97,11 +100,11 @@ def main(out_path: str, names: tuple[str, ...], with_skip: bool) -> None:
     results = []
     for name in names or SHAPES:
         heads, seq, d, bias, dtype, out_dtype, kv_group = SHAPES[name]
-        p = problem(heads, seq, d, bias, dtype, out_dtype, kv_group)
+        p = problem(heads, seq, d, bias, dtype, out_dtype, kv_group, out_layout)
         arrays = inputs(p, bias)
         expected = numpy_reference(p, arrays)
         row = {"shape": name, "heads": heads, "kv_group": kv_group, "seq": seq, "d": d, "bias": bias, "dtype": dtype,
-               "tiles": []}
+               "out_layout": out_layout, "tiles": []}
         # the task's default build: dlight's schedules of kb_attention's TIR
         placeholders = [te.placeholder(a.shape, str(a.dtype), f"x{i}") for i, a in enumerate(arrays)]
         out = attention_te(*placeholders[:3], placeholders[3] if len(placeholders) > 3 else None, p)
@@ -111,7 +114,7 @@ def main(out_path: str, names: tuple[str, ...], with_skip: bool) -> None:
                                           dl.gpu.GeneralReduction(), dl.gpu.Fallback())(mod)
             default = tvm.compile(mod, target=target).mod
         args = [tvm.runtime.tensor(a, device) for a in arrays]
-        args.append(tvm.runtime.empty([1, heads, seq, d], out_dtype, device))
+        args.append(tvm.runtime.empty(list(p.out_shape), out_dtype, device))
         default["main"](*args)
         got = args[-1].numpy().astype(np.float32)
         row["default_vs_numpy"] = kernel_mismatch(expected, got) or "ok"

@@ -97,7 +97,8 @@ def attention(shape, tile: AttentionTile, symbol: str):
     """The TIRx PrimFunc `symbol`(q, kᵀ, v[, bias], o) for one variant of one attention
     (`shape`: kb_tvm/kernels/attention/rewrite.py's AttentionShape): q [heads * seq, d],
     kᵀ [kv_heads * d, seq_kv], v [kv_heads * seq_kv, d_v], bias 4-D as the model broadcasts it,
-    o [heads * seq, d_v] (`heads`: batch x heads; kv_heads: heads / kv_group)."""
+    o [heads * seq, d_v] (`heads`: batch x heads; kv_heads: heads / kv_group), its rows in
+    `shape.out_layout`'s order: (b, h, s), or (b, s, h)."""
     from tvm.script import tirx as T
 
     if shape.dtype not in DTYPES:
@@ -195,6 +196,9 @@ def device_source(shape, tile: AttentionTile, name: str) -> str:
       const int d = i / BN, j = i % BN;
       Ks[j * LD + d] = j0 + j < SKV ? kh[(size_t)d * SKV + j0 + j] : ({ctype})0.0f;
     }}"""
+    # the output row of (head, query row): heads outermost, or each query's heads side by side
+    out_row = ("(((size_t)b * S + rows[r]) * H + h)" if shape.out_layout == "bshd"
+               else "((size_t)head * S + rows[r])")
     bias_param = "const float* __restrict__ bias, " if has_bias else ""
     round_score = f"x = float(({ctype})x);" if shape.round_scores else ""
     if shape.scale != 1.0:  # in the inputs' dtype after the rounding (a product of two halves is exact in fp32)
@@ -351,7 +355,7 @@ __device__ __forceinline__ void {name}(const {ctype}* __restrict__ q, const {cty
     for (int dt = 0; dt < DV / 8; ++dt) {{
       const float x0 = empty ? {empty_row} : acc[dt][2 * r] * inv;
       const float x1 = empty ? {empty_row} : acc[dt][2 * r + 1] * inv;
-      {out_ctype}* dst = o + ((size_t)head * S + rows[r]) * DV + dt * 8 + 2 * t;
+      {out_ctype}* dst = o + {out_row} * DV + dt * 8 + 2 * t;
       {store}
     }}
   }}

@@ -5,6 +5,7 @@ them needs a Hopper GPU (benchmarks/attention_h200.py)."""
 from __future__ import annotations
 
 import functools
+import re
 import shutil
 import subprocess
 from dataclasses import replace
@@ -55,8 +56,13 @@ def test_the_shipped_architectures_attention_becomes_one_task_per_layer(name, sh
     _, mod = half_module(name, shapes)
     fused = fuse_attention(mod)
     funcs = attention_funcs(fused)
-    assert len(funcs) == 1 and fused["main"].script().count("R.call_tir(kb_attention,") == layers
+    calls = re.findall(r"= R\.call_tir\(kb_attention\d*,", fused["main"].script())
+    assert len(funcs) == 1 and len(calls) == layers
     shape = AttentionShape.from_attrs(funcs[0].attrs["kb_attention"])
+    # each export merges the heads back for its output projection: the kernel stores them merged,
+    # and the transpose that did it is gone
+    assert shape.out_layout == "bshd" and shape.out_shape == (1, shape.seq, shape.heads, shape.d_v)
+    assert fused["main"].script().count("R.permute_dims(") < mod["main"].script().count("R.permute_dims(")
     assert shape.bias_dims == bias and shape.dtype == "float16" and shape.round_scores
     assert shape.nan_to_zero == guard and shape.scale == scale and shape.kv_group == group
     # grouped-query: the kernel reads each K/V head once, the repeat of the heads is gone from the graph
@@ -65,6 +71,17 @@ def test_the_shipped_architectures_attention_becomes_one_task_per_layer(name, sh
     assert shape.out_dtype == "float16"  # the cast after the second matmul is the kernel's store
     ops = fused["main"].script()
     assert "R.nn.softmax" not in ops and "R.nn.softmax" in mod["main"].script()
+
+
+def test_a_transpose_of_the_output_is_the_kernels_store_where_it_orders_it_as_batch_seq_heads():
+    from kb_tvm.kernels.attention.rewrite import keeps_bshd_order
+
+    one, two = {"b": 1, "h": 12, "s": 197, "e": 64}, {"b": 2, "h": 12, "s": 197, "e": 64}
+    assert keeps_bshd_order(list("bhse"), [0, 2, 1, 3], two)  # transformers' transpose(1, 2)
+    assert keeps_bshd_order(list("bhse"), [2, 0, 1, 3], one)  # torchvision's sequence-first, at batch 1
+    assert not keeps_bshd_order(list("bhse"), [2, 0, 1, 3], two)  # ... at batch 2: [seq, batch, heads]
+    assert keeps_bshd_order(list("hse"), [1, 0, 2], one)  # [heads, seq, d] of a batch of 1
+    assert not keeps_bshd_order(list("bhse"), [0, 1, 3, 2], two)  # a swap of the last two
 
 
 def test_fp32_models_and_other_targets_keep_their_graph():
@@ -113,8 +130,10 @@ def reference(q, k_t, v, bias, dtype="float16", scale=1.0):
     return np.where(np.isnan(p), 0.0, p).astype(dtype).astype(np.float64) @ v.astype(np.float64)
 
 
-@pytest.mark.parametrize("heads,group", [(3, 1), (6, 3)])  # (6, 3): 6 query heads on 2 K/V heads
+# (6, 3): 6 query heads on 2 K/V heads; "bshd": each query's heads side by side
+@pytest.mark.parametrize("heads,group,out_layout", [(3, 1, "bhsd"), (6, 3, "bhsd"), (6, 3, "bshd")])
 def test_the_attention_reference_is_softmax_of_the_biased_scores_times_v_with_masked_rows_zero(heads, group,
+                                                                                               out_layout,
                                                                                                llvm_target):
     import tvm
     from tvm import te
@@ -123,7 +142,7 @@ def test_the_attention_reference_is_softmax_of_the_biased_scores_times_v_with_ma
 
     shape = AttentionShape(batch=2, heads=heads, seq=20, seq_kv=24, d=16, d_v=32, dtype="float16",
                            out_dtype="float32", bias_dims=(1, heads, 20, 24), round_scores=True, nan_to_zero=True,
-                           scale=0.125, kv_group=group)
+                           scale=0.125, kv_group=group, out_layout=out_layout)
     rng = np.random.default_rng(0)
     q = rng.uniform(-1, 1, (2, heads, 20, 16)).astype("float16")
     k_t = rng.uniform(-1, 1, (2, heads // group, 16, 24)).astype("float16")
@@ -133,9 +152,11 @@ def test_the_attention_reference_is_softmax_of_the_biased_scores_times_v_with_ma
     x = [te.placeholder(a.shape, str(a.dtype)) for a in (q, k_t, v, bias)]
     func = te.create_prim_func([*x, attention_te(*x, shape)])
     lib = tvm.compile(tvm.IRModule({"main": func}), target=llvm_target)
-    args = [tvm.runtime.tensor(a) for a in (q, k_t, v, bias)] + [tvm.runtime.empty((2, heads, 20, 32), "float32")]
+    args = [tvm.runtime.tensor(a) for a in (q, k_t, v, bias)] + [tvm.runtime.empty(shape.out_shape, "float32")]
     lib["main"](*args)
     got, expected = args[-1].numpy(), reference(q, k_t, v, bias, scale=0.125)
+    if out_layout == "bshd":
+        got = got.transpose(0, 2, 1, 3)
     assert np.all(got[:, 1, 5] == 0) and np.isfinite(got).all()
     np.testing.assert_allclose(got, expected, atol=2e-3)
 
@@ -151,8 +172,9 @@ def test_the_family_reads_the_task_and_refuses_others():
     _, mod = half_module("llama_tiny.onnx", SEQ)
     tasks = {str(t.task_name): t for t in ms.relax_integration.extract_tasks(prepare(fuse_attention(mod), target),
                                                                              target)}
-    assert "kb_attention" in tasks  # one task, opaque to fusion: no neighbours fused into it
-    problem = FAMILY.match(tasks["kb_attention"].dispatched[0], target)
+    attention = [name for name in tasks if name.startswith("kb_attention")]
+    assert len(attention) == 1  # one task, opaque to fusion: no neighbours fused into it
+    problem = FAMILY.match(tasks[attention[0]].dispatched[0], target)
     assert (problem.heads, problem.seq, problem.seq_kv, problem.d, problem.bias_dims) == (4, 16, 16, 16,
                                                                                         (1, 1, 16, 16))
     assert problem.kv_group == 2  # 4 query heads on 2 K/V heads
@@ -196,16 +218,17 @@ def test_tiles_name_what_they_break():
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (CUDA's ptxas), not a GPU")
-@pytest.mark.parametrize("bias,dtype,out_dtype,d,group", [((1, 1, 197, 197), "float16", "float16", 64, 4),
-                                                          (None, "bfloat16", "float32", 128, 1)])
-def test_ptxas_assembles_every_tile_without_spills(bias, dtype, out_dtype, d, group, tmp_path):
+@pytest.mark.parametrize("bias,dtype,out_dtype,d,group,out_layout", [
+    ((1, 1, 197, 197), "float16", "float16", 64, 4, "bshd"), (None, "bfloat16", "float32", 128, 1, "bhsd")])
+def test_ptxas_assembles_every_tile_without_spills(bias, dtype, out_dtype, d, group, out_layout, tmp_path):
     import tvm
 
     from kb_tvm.kernels.extern import compile_kernels
 
     target = tvm.target.Target(HOPPER)
     problem = AttentionShape(batch=1, heads=12, seq=197, seq_kv=197, d=d, d_v=d, dtype=dtype, out_dtype=out_dtype,
-                             bias_dims=bias, round_scores=True, nan_to_zero=True, kv_group=group)
+                             bias_dims=bias, round_scores=True, nan_to_zero=True, kv_group=group,
+                             out_layout=out_layout)
     tiles = [*FAMILY.variants(problem, target).pool, AttentionTile(bm=128, bn=64, skip_masked=True)]
     kernels = [FAMILY.build(problem, tile, target, f"t{i}") for i, tile in enumerate(tiles)]
     source = tmp_path / "k.cu"  # all tiles in one file: one nvcc run

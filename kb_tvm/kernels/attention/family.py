@@ -99,7 +99,7 @@ class FlashAttention(KernelFamily):
 
     def problem_record(self, problem: AttentionShape) -> dict:
         return {"seq": problem.seq, "seq_kv": problem.seq_kv, "d": problem.d, "heads": problem.batch * problem.heads,
-                "kv_group": problem.kv_group, "dtype": problem.dtype}
+                "kv_group": problem.kv_group, "dtype": problem.dtype, "out_layout": problem.out_layout}
 
 
 FAMILY = FlashAttention()

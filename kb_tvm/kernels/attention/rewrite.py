@@ -21,11 +21,12 @@ untuned build computes what it did: the tests compare the two."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 HALF = ("float16", "bfloat16")
 NAME = "kb_attention"  # the PrimFunc's name hint: its task is "kb_attention", "kb_attention1", ...
 ATTR = "kb_attention"  # the PrimFunc attribute the family reads the problem from
+OUT_LAYOUTS = ("bhsd", "bshd")
 
 
 @dataclass(frozen=True)
@@ -51,13 +52,26 @@ class AttentionShape:
     # query heads a K/V head serves (grouped-query attention: `heads` // kv_group K and V heads,
     # query head h reading K/V head h // kv_group)
     kv_group: int = 1
+    # the output's axes: "bhsd" [batch, heads, seq, d_v], or "bshd" [batch, seq, heads, d_v], the
+    # layout the model's output projection reads the heads in (`_out_layout_mutator`)
+    out_layout: str = "bhsd"
+
+    def __post_init__(self) -> None:
+        if self.out_layout not in OUT_LAYOUTS:
+            raise ValueError(f"out_layout {self.out_layout!r} is not one of {', '.join(OUT_LAYOUTS)}")
+
+    @property
+    def out_shape(self) -> tuple[int, int, int, int]:
+        if self.out_layout == "bshd":
+            return (self.batch, self.seq, self.heads, self.d_v)
+        return (self.batch, self.heads, self.seq, self.d_v)
 
     def attrs(self) -> dict:
         return {"batch": self.batch, "heads": self.heads, "seq": self.seq, "seq_kv": self.seq_kv, "d": self.d,
                 "d_v": self.d_v, "dtype": self.dtype, "out_dtype": self.out_dtype,
                 "bias_dims": list(self.bias_dims) if self.bias_dims is not None else [],
                 "round_scores": int(self.round_scores), "nan_to_zero": int(self.nan_to_zero), "scale": self.scale,
-                "kv_group": self.kv_group}
+                "kv_group": self.kv_group, "out_layout": self.out_layout}
 
     @classmethod
     def from_attrs(cls, attrs) -> "AttentionShape":
@@ -67,7 +81,8 @@ class AttentionShape:
                    dtype=str(attrs["dtype"]), out_dtype=str(attrs["out_dtype"]),
                    bias_dims=tuple(bias) if bias else None, round_scores=bool(int(attrs["round_scores"])),
                    nan_to_zero=bool(int(attrs["nan_to_zero"])), scale=float(attrs["scale"]),
-                   kv_group=int(attrs["kv_group"]) if "kv_group" in attrs else 1)
+                   kv_group=int(attrs["kv_group"]) if "kv_group" in attrs else 1,
+                   out_layout=str(attrs["out_layout"]) if "out_layout" in attrs else "bhsd")
 
 
 def attention_te(q, k_t, v, bias, shape: AttentionShape):
@@ -106,9 +121,14 @@ def attention_te(q, k_t, v, bias, shape: AttentionShape):
                            name="finite")
     half = te.compute(probs.shape, lambda *i: probs(*i).astype(shape.dtype), name="probs")
     j = te.reduce_axis((0, shape.seq_kv), name="j")
-    out = te.compute((shape.batch, shape.heads, shape.seq, shape.d_v),
-                     lambda b, h, i, e: te.sum(half[b, h, i, j].astype(f32) * v[b, h // g, j, e].astype(f32), axis=j),
-                     name="out")
+
+    def out_at(b, h, i, e):
+        return te.sum(half[b, h, i, j].astype(f32) * v[b, h // g, j, e].astype(f32), axis=j)
+
+    if shape.out_layout == "bshd":
+        out = te.compute(shape.out_shape, lambda b, i, h, e: out_at(b, h, i, e), name="out")
+    else:
+        out = te.compute(shape.out_shape, out_at, name="out")
     if shape.out_dtype != f32:
         acc = out
         out = te.compute(acc.shape, lambda *i: acc(*i).astype(shape.out_dtype), name="out_cast")
@@ -123,7 +143,86 @@ def fuse_attention(mod):
 
     from ...model_tuning.rewrites import over_relax_functions
 
-    return relax.transform.DeadCodeElimination()(over_relax_functions(_attention_mutator(), "FuseAttention")(mod))
+    fused = over_relax_functions(_attention_mutator(), "FuseAttention")(mod)
+    return relax.transform.DeadCodeElimination()(over_relax_functions(_out_layout_mutator(), "AttentionOutLayout")(
+        relax.transform.DeadCodeElimination()(fused)))
+
+
+def keeps_bshd_order(names: list[str], axes: list[int], extents: dict[str, int]) -> bool:
+    """Whether permuting axes named `names` (of "b", "h", "s", "e": batch, heads, query rows, d_v)
+    by `axes` lays the values out as [batch, seq, heads, d_v] does, axes of extent 1 aside."""
+    order = [names[a] for a in axes if extents[names[a]] != 1]
+    return order == [n for n in "bshe" if extents[n] != 1 and n in names]
+
+
+def _out_layout_mutator():
+    """A transpose of an attention's output into [batch, seq, heads, d_v] order (the heads merged
+    back for the output projection: a kernel of its own, a launch and a pass over the output)
+    made the attention's own store: its `kb_attention` call computes that layout (out_layout
+    "bshd") and the transpose becomes a reshape, a view. Only where the output is read by the
+    transpose alone."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.expr_functor import PyExprMutator, mutator
+
+    permute, reshape = tvm.ir.Op.get("relax.permute_dims"), tvm.ir.Op.get("relax.reshape")
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+
+    @mutator
+    class OutLayout(PyExprMutator):
+        def visit_function_(self, func):
+            self.uses = {}
+
+            def count(expr) -> None:
+                if isinstance(expr, relax.Var):
+                    self.uses[expr] = self.uses.get(expr, 0) + 1
+
+            for block in getattr(func.body, "blocks", []):
+                for binding in block.bindings:
+                    relax.analysis.post_order_visit(binding.value, count)
+            relax.analysis.post_order_visit(func.body.body, count)
+            return super().visit_function_(func)
+
+        def producer(self, var):
+            """(the call bound to `var` through aliases, every var on the way read once), or None."""
+            expr = var
+            while isinstance(expr, relax.Var):
+                if self.uses.get(expr, 0) != 1:
+                    return None
+                expr = self.lookup_binding(expr)
+            return expr if isinstance(expr, relax.Call) else None
+
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if not call.op.same_as(permute) or call.attrs.axes is None:
+                return call
+            source = self.producer(call.args[0])
+            while source is not None and source.op.same_as(reshape):  # values stay where they are
+                source = self.producer(source.args[0])
+            if source is None or not source.op.same_as(call_tir):
+                return call
+            func = self.builder_.get()[source.args[0]]
+            if func.attrs is None or ATTR not in func.attrs:
+                return call
+            shape = AttentionShape.from_attrs(func.attrs[ATTR])
+            extents = {"b": shape.batch, "h": shape.heads, "s": shape.seq, "e": shape.d_v}
+            read_as = [int(x) for x in call.args[0].ty.shape.values]
+            # the transpose reads the output as [batch, heads, seq, d_v], or [heads, seq, d_v] at batch 1
+            names = ["b", "h", "s", "e"] if len(read_as) == 4 else ["h", "s", "e"]
+            if shape.out_layout != "bhsd" or read_as != [extents[n] for n in names] or (
+                    len(names) == 3 and shape.batch != 1):
+                return call
+            if not keeps_bshd_order(names, [int(a) for a in call.attrs.axes], extents):
+                return call
+            moved = replace(shape, out_layout="bshd")
+            args = list(source.args[1].fields)
+            func_te = (lambda q_, k_, v_, b_: attention_te(q_, k_, v_, b_, moved)) if len(args) == 4 else \
+                (lambda q_, k_, v_: attention_te(q_, k_, v_, None, moved))
+            out = self.builder_.emit(self.builder_.call_te(
+                func_te, *args, primfunc_name_hint=NAME, primfunc_attrs={ATTR: moved.attrs(), "op_pattern": 8}))
+            return relax.op.reshape(out, [int(x) for x in call.ty.shape.values])
+
+    return OutLayout
 
 
 def _attention_mutator():
