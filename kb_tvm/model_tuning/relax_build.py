@@ -3,6 +3,7 @@ module tasks are extracted from), and build a VM executable from it and the reco
 
 from __future__ import annotations
 
+from .layout import layout_moves_removed
 from .onnx_input import ModelError, fold_constants
 from .precision import apply_math, lower_precision
 from .rewrites import empty_loops_removed, integer_powers_as_products, means_of_products_as_one_reduction
@@ -24,14 +25,16 @@ def relax_module(model, target, *, precision: str, math: str, kernels: bool = Tr
     """The module a model is tuned and built from: imported, its integer powers written out
     (`rewrites.integer_powers_as_products`), in `precision`, with `math`, a mean of a product one
     reduction (`rewrites.means_of_products_as_one_reduction`), its attention one task where the
-    attention family computes it (kernels/attention/rewrite.py) and the job runs the families
-    (`kernels`: stock's search alone gets the attention's ops apart, as it would without kb),
-    prepared."""
+    attention family computes it (kernels/attention/rewrite.py), its layout-only kernels taken out
+    (layout.py), prepared. The last two are kb's, made only where the job runs the families
+    (`kernels`): stock's search alone gets the module as it would without kb."""
     from ..kernels.attention import fuse_attention, takes_attention
 
     imported = integer_powers_as_products()(to_relax(model))
     mod = means_of_products_as_one_reduction()(apply_math(lower_precision(imported, precision), math))
-    return prepare(fuse_attention(mod) if kernels and takes_attention(target, precision) else mod, target)
+    if kernels:
+        mod = layout_moves_removed()(fuse_attention(mod) if takes_attention(target, precision) else mod)
+    return prepare(mod, target)
 
 
 def prepare(mod, target):
