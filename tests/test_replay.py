@@ -219,11 +219,11 @@ def test_a_faster_kernel_outside_the_space_stops_the_search_once_beating_it_no_l
         policy = RulesPolicy(outside_best_s=outside)
         policy.run(env, seed=0)
         runs[outside] = (env.seconds, env.trials, policy.events, env.best_s)
-    # a kernel outside makes the first batch a probe (builds for half the 2 builders), where one
-    # region's coarse need makes it 4 without; a slower kernel outside changes nothing else: the
-    # same best is found
+    # a kernel outside makes the first batch a probe (a quarter batch), as one region's coarse
+    # need (two, no fewer than that quarter) makes it without; a slower kernel outside changes
+    # nothing else: the same best is found
     first = [len(next(e["candidates"] for e in run[2] if e["event"] == "batch")) for run in runs.values()]
-    assert first == [4, 1, 1]
+    assert first == [4, 4, 4]
     assert runs[None][3] == runs[2e-5][3] == pytest.approx(1e-5)
     seconds, trials, events, _ = runs[3e-6]
     # the coarse phase ranked the kernel outside beside the space's regions, first

@@ -65,10 +65,8 @@ class Planner:
         """Candidates in the next batch (`pinned`: borrowed schedules waiting to go first), or
         None when that batch would overrun the budget (and the search stops). `probe`: a
         faster kernel outside the space is known, so the first batch only probes how far
-        behind it the space starts, with builds for half the cores: on the H200 a decoder's GEMM
-        tasks, under the Hopper family's kernels, spent 10-18 s each on full first batches, and
-        on an H100 a ViT's took 5-11 s with 16 (one per core: the slowest of 16 tensor-core
-        builds bounds the batch). Else a
+        behind it the space starts (a quarter batch): on the H200 a decoder's GEMM tasks,
+        under the Hopper family's kernels, spent 10-18 s each on full first batches. Else a
         first batch measures what the coarse phase needs to rank the regions sampled, not the
         whole pool: every task's first batch delays the others' (a ViT's layer norm measured
         all 62 of its samples in an 18-s first batch on an H100)."""
@@ -78,7 +76,7 @@ class Planner:
         if not self.batches:
             n = decisions.warm_start_batch(pinned, self.cost, self.budget.remaining, n)
             if probe:
-                n = min(n, minimum, max(1, self.num_cores // 2))
+                n = min(n, minimum)
             elif self.regions and not self.coarse_finished_before:
                 n = min(n, max(minimum, pinned, len(self.regions) * self.opt.coarse_trials_per_region))
         why = stopping.overrun(remaining_seconds=self.budget.remaining, batch_seconds=self.cost.batch_seconds(n))
