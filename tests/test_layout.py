@@ -106,3 +106,16 @@ def test_the_rewritten_model_computes_exactly_what_it_did(name, shapes, precisio
     for before, after in zip(*outputs):
         assert np.isfinite(after[0]).all()
         np.testing.assert_array_equal(after[0], before[0])
+
+
+def test_kbs_jobs_tune_no_task_that_is_a_view_once_built():
+    import tvm
+
+    from kb_tvm.model_tuning.relax_build import model_tasks
+
+    target = tvm.target.Target(HOPPER)
+    _, mod = prepared("vit_tiny.onnx", VIT, "fp16", target, layout=True)
+    every = [str(t.task_name) for t in model_tasks(mod, target, views_left_out=False)]
+    tuned = [str(t.task_name) for t in model_tasks(mod, target)]
+    assert "reshape1" in every and set(every) - set(tuned) == {n for n in every if n not in working([n])}
+    assert tuned == working(tuned)

@@ -20,7 +20,7 @@ from .precision import TOLERANCES, check_precision, compare_sets, math_for, mode
 from .profiling import profile_kernels, run_and_time, time_in_turns
 from .record_check import without, wrong_records
 from .record_choice import better_than_default
-from .relax_build import build, export_library, relax_module
+from .relax_build import build, export_library, model_tasks, relax_module
 from .report import (
     _task_row,
     device_seconds,
@@ -106,7 +106,7 @@ def tune_model(
                 "constant_reference": preflight.constant_reference})
         if not preflight.ok and not tune_anyway:
             raise NumericsMismatch(preflight)
-    tasks = ms.relax_integration.extract_tasks(mod, target)
+    tasks = model_tasks(mod, target, views_left_out=strategy in KB_STRATEGIES)
     work_dir.mkdir(parents=True, exist_ok=True)
     default_latency = profile_kernels(untuned, target, tasks)
     notify({"event": "untuned", "latency_ms": untuned_latency * 1e3})

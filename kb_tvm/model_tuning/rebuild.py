@@ -35,8 +35,6 @@ import click
 def main(model, precision, input_shapes, exact_math, target, logs, families_budget, out) -> None:
     """Rebuild tuned models from candidate logs; time them with and without CUDA graphs. Exits 1
     if any build's outputs miss onnxruntime's."""
-    from tvm.s_tir import meta_schedule as ms
-
     from ..budget import TuningBudget
     from ..measure.targets import make_target, use_target_cores
     from ..kernels import FAMILIES, applicable, model_stage
@@ -54,7 +52,7 @@ def main(model, precision, input_shapes, exact_math, target, logs, families_budg
         run_and_time,
     )
     from .precision import compare_sets, model_space
-    from .relax_build import relax_module
+    from .relax_build import model_tasks, relax_module
     from .replay import records_from_candidates
 
     tvm_target = make_target(target)
@@ -66,7 +64,7 @@ def main(model, precision, input_shapes, exact_math, target, logs, families_budg
     onnx_model = load_onnx(model, dict(parse_input_shape(text) for text in input_shapes))
     math = math_for(tvm_target, exact=exact_math)
     mod = relax_module(onnx_model, tvm_target, precision=precision, math=math)  # as the tune made its tasks
-    tasks = ms.relax_integration.extract_tasks(mod, tvm_target)
+    tasks = model_tasks(mod, tvm_target)
     input_sets = [example_inputs(onnx_model), example_inputs(onnx_model, seed=1)]
     references = [onnxruntime_outputs(onnx_model, inputs)[0] for inputs in input_sets]
     tolerance = TOLERANCES[precision]

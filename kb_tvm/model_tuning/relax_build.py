@@ -62,6 +62,20 @@ def prepare(mod, target):
         return tvm.transform.Sequential(passes)(mod)
 
 
+def model_tasks(mod, target, *, views_left_out: bool = True) -> list:
+    """MetaSchedule's tasks of a `prepare`d module; with `views_left_out` (kb's jobs), not those
+    whose function only reshapes: the build makes each a view (Relax's RewriteDataflowReshape),
+    so no kernel runs it, and tuning it only spent seconds (8 s each on an H100, for the views
+    the layout rewrites leave in a ViT)."""
+    from tvm import relax
+    from tvm.s_tir import meta_schedule as ms
+
+    tasks = ms.relax_integration.extract_tasks(mod, target)
+    if not views_left_out:
+        return list(tasks)
+    return [t for t in tasks if not all(relax.analysis.has_reshape_pattern(m["main"]) for m in t.dispatched)]
+
+
 def build(mod, target, database=None, *, cuda_graph: bool = True, kernels=()):
     """A VM executable of a `prepare`d module: the database's records applied (MetaSchedule's
     MetaScheduleApplyDatabase), default schedules for the rest (dlight's on GPUs; on CPUs
