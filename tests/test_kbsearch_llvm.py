@@ -38,7 +38,7 @@ def _tune(workload_name, llvm_target, work_dir, budget, **kwargs):
 @pytest.fixture(scope="module")
 def tuned_gemm(tmp_path_factory, llvm_target):
     work_dir = tmp_path_factory.mktemp("kb-gemm")
-    search, database, recorder = _tune("gemm-128", llvm_target, work_dir, "30s")
+    search, database, recorder = _tune("gemm-128", llvm_target, work_dir, "20s")
     (log_path,) = (work_dir / "kb_logs").glob("*.jsonl")
     return search, database, recorder, read_log(log_path)
 
@@ -302,7 +302,7 @@ def test_a_batch_whose_every_build_times_out_is_said_once_not_hidden(tmp_path, l
     caplog.set_level(logging.WARNING, logger="kb_tvm")
     from tvm.s_tir import meta_schedule as ms
 
-    _tune("gemm-128", llvm_target, tmp_path, "20s", max_trials_global=16,
+    _tune("gemm-128", llvm_target, tmp_path, "10s", max_trials_global=16,
           builder=ms.builder.LocalBuilder(max_workers=2, timeout_sec=1))
     (log_path,) = (tmp_path / "kb_logs").glob("*.jsonl")
     log = read_log(log_path)
