@@ -131,6 +131,13 @@ def list_ops() -> None:
         click.echo(f"{name:<{width}}  {description}")
 
 
+def _register_intrinsics_for(tvm_target) -> None:
+    """A command tunes one target: on a CPU, its process registers no GPU's tensor intrinsics."""
+    from .measure.targets import register_tensor_intrinsics
+
+    register_tensor_intrinsics(cpu_only=tvm_target.kind.name == "llvm")
+
+
 @main.command("tune-op")
 @click.argument("name")
 @click.option("--budget", default="2m", show_default=True, callback=_budget,
@@ -168,6 +175,7 @@ def tune_op(name, budget, target, work_dir, strategy, pipeline, trials_per_batch
         tvm_target = make_target(target)
     except ValueError as err:
         _fail(str(err))
+    _register_intrinsics_for(tvm_target)
     experience = _experience(experience_dir, no_experience, strategy)
     work_dir = Path(work_dir or Path("kb-work") / f"{name}-{strategy}")
     _writable_dir(work_dir)
@@ -305,6 +313,7 @@ def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, 
                    math=math_for(tvm_target, exact=exact_math))
     except ValueError as err:  # ModelError included
         _fail(str(err))
+    _register_intrinsics_for(tvm_target)
     if check_numerics_only:
         _check_numerics(onnx_model, tvm_target, precision, math_for(tvm_target, exact=exact_math))
         return

@@ -71,6 +71,28 @@ print(TensorIntrin.get("dot_16x4_vnni") is not None, TensorIntrin.get("wmma_sync
     assert done.stdout.split() == ["True", "True", "True"]
 
 
+def test_a_cpu_commands_process_registers_the_cpu_intrinsics_alone():
+    """`kb-tvm tune` and `tune-op` on a CPU target: x86's intrinsics (MetaSchedule's CPU rules name
+    them), not CUDA's, and MetaSchedule finds the package imported."""
+    import subprocess
+    import sys
+
+    script = """
+import sys, tvm
+from tvm.s_tir import TensorIntrin
+from kb_tvm.measure.targets import register_tensor_intrinsics
+register_tensor_intrinsics(cpu_only=True)
+register_tensor_intrinsics()  # the package stands imported: nothing more
+import tvm.s_tir.tensor_intrin  # as MetaSchedule's TuneContext does
+print(TensorIntrin.get("dot_16x4_vnni") is not None,
+      TensorIntrin.get("wmma_sync_16x16x16_f16f16f32", allow_missing=True) is None,
+      "tvm.s_tir.tensor_intrin.cuda" not in sys.modules)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "True", "True"]
+
+
 @pytest.mark.parametrize("context", [0, 1, 3])
 def test_the_stack_read_from_linecache_is_inspect_s_stack(context):
     import inspect
