@@ -17,6 +17,8 @@ for almost no work. Each rewrite is exact: it moves values, never computes them 
 
 from __future__ import annotations
 
+from .rewrites import use_counts
+
 # elementwise ops an epilogue chain may hold between a Linear and a reshape of its leading axes
 UNARY = frozenset(f"relax.{name}" for name in (
     "astype", "erf", "tanh", "sigmoid", "exp", "negative", "sqrt", "rsqrt", "nn.relu", "nn.gelu",
@@ -55,24 +57,6 @@ def broadcasts_over_leading(operand_dims: list[int], last: int) -> bool:
     """Whether an epilogue operand of these dims broadcasts along every axis but the last (a
     bias, a scalar): it stays right whatever the leading axes become."""
     return all(d == 1 for d in operand_dims[:-1]) and (not operand_dims or operand_dims[-1] in (1, last))
-
-
-def _use_counts(func) -> dict:
-    """How many times each variable of a Relax function is read."""
-    from tvm.relax.expr_functor import PyExprVisitor, visitor
-
-    counts: dict = {}
-
-    @visitor
-    class Uses(PyExprVisitor):
-        def visit_var_(self, var):
-            counts[var] = counts.get(var, 0) + 1
-
-        def visit_dataflow_var_(self, var):
-            counts[var] = counts.get(var, 0) + 1
-
-    Uses().visit_expr(func)
-    return counts
 
 
 def layout_moves_removed():
@@ -120,7 +104,7 @@ def _mutator_class():
             self.moved = 0  # rewrites made in this round
 
         def visit_function_(self, func):
-            self.uses = _use_counts(func)
+            self.uses = use_counts(func)
             return super().visit_function_(func)
 
         def bound(self, expr):

@@ -20,6 +20,24 @@ def over_relax_functions(mutator_class, name: str):
     return rewrite_functions
 
 
+def use_counts(func) -> dict:
+    """How many times each variable of a Relax function is read (its definitions aside)."""
+    from tvm.relax.expr_functor import PyExprVisitor, visitor
+
+    counts: dict = {}
+
+    @visitor
+    class Uses(PyExprVisitor):
+        def visit_var_(self, var):
+            counts[var] = counts.get(var, 0) + 1
+
+        def visit_dataflow_var_(self, var):
+            counts[var] = counts.get(var, 0) + 1
+
+    Uses().visit_expr(func)
+    return counts
+
+
 def scalar_constant(expr) -> float | None:
     """The value of a one-element Relax constant, or None for anything else."""
     from tvm.ir.expr import GenericConst

@@ -165,22 +165,15 @@ def _out_layout_mutator():
     from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
+    from ...model_tuning.rewrites import use_counts
+
     permute, reshape = tvm.ir.Op.get("relax.permute_dims"), tvm.ir.Op.get("relax.reshape")
     call_tir = tvm.ir.Op.get("relax.call_tir")
 
     @mutator
     class OutLayout(PyExprMutator):
         def visit_function_(self, func):
-            self.uses = {}
-
-            def count(expr) -> None:
-                if isinstance(expr, relax.Var):
-                    self.uses[expr] = self.uses.get(expr, 0) + 1
-
-            for block in getattr(func.body, "blocks", []):
-                for binding in block.bindings:
-                    relax.analysis.post_order_visit(binding.value, count)
-            relax.analysis.post_order_visit(func.body.body, count)
+            self.uses = use_counts(func)
             return super().visit_function_(func)
 
         def producer(self, var):
