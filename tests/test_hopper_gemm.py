@@ -31,10 +31,17 @@ ADMITTED = [
 ]
 
 
+@pytest.fixture(scope="module")
+def cuda_sources():
+    """Each admitted variant's CUDA source, lowered once for the tests below (M: two tiles of
+    each block of a cluster)."""
+    return {t: compile_gemm(2 * t.bm * t.cluster_m, 3 * t.bn, 256, t, "float16").mod.imports[0].inspect_source()
+            for t in ADMITTED}
+
+
 @pytest.mark.parametrize("tile", ADMITTED, ids=lambda t: t.describe().replace(", ", "-"))
-def test_every_admitted_variant_lowers_to_sm90a_cuda_with_wgmma_and_tma(tile):
-    mod = compile_gemm(2 * tile.bm, 3 * tile.bn, 256, tile, "float16")
-    source = mod.mod.imports[0].inspect_source()
+def test_every_admitted_variant_lowers_to_sm90a_cuda_with_wgmma_and_tma(tile, cuda_sources):
+    source = cuda_sources[tile]
     kind = "bf16" if tile.dtype == "bfloat16" else "f16"
     assert f"wgmma.mma_async.sync.aligned.m64n{tile.bn}k16.f32.{kind}.{kind}" in source
     # B[K, N] is read transposed (the last immediate: imm-trans-b), B[N, K] as it lies
@@ -50,7 +57,7 @@ def test_every_admitted_variant_lowers_to_sm90a_cuda_with_wgmma_and_tma(tile):
 
 
 @pytest.fixture(scope="module")
-def assembled(tmp_path_factory):
+def assembled(tmp_path_factory, cuda_sources):
     """ptxas's report on each admitted variant, the nvcc runs side by side (each is a process)."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -62,8 +69,7 @@ def assembled(tmp_path_factory):
                                "-o", str(folder / f"k{i}.cubin"), str(folder / f"k{i}.cu")],
                               capture_output=True, text=True, timeout=300)
 
-    sources = [compile_gemm(2 * t.bm * t.cluster_m, 3 * t.bn, 256, t, "float16").mod.imports[0].inspect_source()
-               for t in ADMITTED]
+    sources = [cuda_sources[t] for t in ADMITTED]
     with ThreadPoolExecutor(4) as pool:
         return dict(zip(ADMITTED, pool.map(assemble, range(len(sources)), sources)))
 
