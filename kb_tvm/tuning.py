@@ -84,7 +84,7 @@ def default_builder(target, pipeline: str = "kb", stream_to=None, seconds_left=N
     """Builds on every core (GPU: every CPU this process may use but one, left to the measuring
     process), 120 s each (a cold GPU machine timed out at 30 s). kb: KBBuilder's persistent
     workers, handing each candidate to `stream_to` (a KBRunner) as soon as it is built, and once
-    builds have succeeded cutting each at 20x the slowest of them, at least 10 s, and never past
+    builds have succeeded cutting each at 8x the slowest of them, at least 10 s, and never past
     `seconds_left()`, the job's budget (measure.pipeline.BuildPool.limit_s); stock: MetaSchedule's
     LocalBuilder, as stock runs it."""
     from tvm.s_tir import meta_schedule as ms
@@ -98,6 +98,15 @@ def default_builder(target, pipeline: str = "kb", stream_to=None, seconds_left=N
 
         return KBBuilder(workers=workers, timeout_s=timeout, stream_to=stream_to, seconds_left=seconds_left)
     return ms.builder.LocalBuilder(max_workers=workers, timeout_sec=timeout)
+
+
+def parallel_builds(builder) -> int | None:
+    """How many candidates `builder` builds at once, where it says (kb's and MetaSchedule's
+    local builders); None for others."""
+    if hasattr(builder, "pool"):  # KBBuilder
+        return builder.pool.workers_count
+    workers = getattr(builder, "max_workers", None)
+    return workers if isinstance(workers, int) and workers >= 1 else None
 
 
 def default_runner(target, pipeline: str = "kb"):
@@ -222,6 +231,8 @@ def tune_operator(
             search.outside_names = {_task_name(workload): template.family.name}
     with measurement_pipeline(target, pipeline, builder, runner, budget=tuning_budget) as (builder, runner), \
             guard_metaschedule_logger():
+        if strategy in KB_STRATEGIES:
+            search.build_workers = parallel_builds(builder)
         kept = CandidateRecorder(work_dir=work_dir, strategy=strategy,
                                  clock=lambda: tuning_budget.spent, builder=builder, runner=runner)
         ms.tune_tir(

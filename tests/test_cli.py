@@ -75,6 +75,11 @@ def test_tune_op_end_to_end_shows_progress_and_a_result(tmp_path):
     records = JSONDatabase(work_dir=str(work_dir)).get_all_tuning_records()
     assert len({str(r.trace) for r in records}) == len(records)
     (log_path,) = (work_dir / "kb_logs").glob("*.jsonl")
+    from kb_tvm.measure.targets import physical_cores
+
+    # the search sizes its first batch by the builds kb's builder runs at once (one per core here)
+    (start,) = [e for e in read_log(log_path) if e["event"] == "start"]
+    assert start["build_workers"] == physical_cores()
     remeasured = [c for e in read_log(log_path) if e["event"] == "batch" for c in e["candidates"]
                   if c["origin"] == "remeasure"]
     assert remeasured, "the best candidates were never measured again"

@@ -238,3 +238,18 @@ def test_a_build_tvm_rejects_fails_alone_but_an_api_error_ends_the_batch(llvm_ta
             pool.build([("not a module", llvm_target)])
     finally:
         pool.close()
+
+
+def test_a_search_is_told_how_many_candidates_its_builder_builds_at_once():
+    from tvm.s_tir import meta_schedule as ms
+
+    from kb_tvm import KBBuilder
+    from kb_tvm.tuning import parallel_builds
+
+    builder = KBBuilder(workers=3, timeout_s=60)
+    try:
+        assert parallel_builds(builder) == 3
+    finally:
+        builder.close()
+    assert parallel_builds(ms.builder.LocalBuilder(max_workers=5)) == 5
+    assert parallel_builds(object()) is None  # a builder that does not say: one build per core

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from kb_tvm.budget import TuningBudget
+from kb_tvm.search import decisions
 from kb_tvm.search.decisions import MeasurementCost
 from kb_tvm.search.options import SearchOptions
 from kb_tvm.search.planner import Planner
@@ -209,6 +210,26 @@ def test_a_first_batch_measures_what_ranking_the_regions_needs_not_the_whole_poo
     assert plan.batch_size(0) == 2  # one region: no fewer than the 2 cores
     plan.restore([], coarse_finished=True)  # an earlier run ranked them: a full batch
     assert plan.batch_size(0) == 8
+
+
+def test_a_first_batch_is_cut_to_whole_rounds_of_the_builders_parallel_builds():
+    # a ViT job's numbers on an H100: 64 a batch, 16 cores, 15 build workers; a layer norm's
+    # 12 regions want 24, a GEMM's probe a quarter batch
+    def gpu_planner():
+        return Planner(options=SearchOptions(coarse_trials_per_region=2), budget=TuningBudget(300.0).start(),
+                       trials_per_batch=64, max_trials=1000, num_cores=16, cost=MeasurementCost(1.0),
+                       build_workers=15)
+
+    plan = gpu_planner()
+    plan.count_samples([Item((f"s0/r{i}",)) for i in range(12) for _ in range(5)], [])
+    assert plan.batch_size(0) == 15  # one round, not 24: the coarse phase goes on in the next batch
+    assert plan.batch_size(20) == 20  # borrowed schedules waiting all go first
+    assert gpu_planner().batch_size(0, probe=True) == 15  # a quarter of 64 is 16: a 16th build waits
+    plan.batches = 1
+    assert plan.batch_size(0) == 64  # later batches are full
+    # two build workers (a 2-core CPU): whole rounds of two, as ranking the regions wants
+    assert decisions.whole_rounds(24, 2) == 24 and decisions.whole_rounds(7, 2, at_least=7) == 7
+    assert decisions.whole_rounds(5, 15) == 5  # less than a round is kept whole
 
 
 def test_a_search_stops_when_its_pace_would_not_reach_a_faster_kernel_outside_its_space():

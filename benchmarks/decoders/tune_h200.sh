@@ -4,7 +4,7 @@
 #   tune_h200.sh torch NAME...       what users would otherwise run on the same GPU: PyTorch eager fp32/fp16
 #                                    and torch.compile max-autotune fp16 -> $OUT/torch-NAME.json
 #   tune_h200.sh kb NAME...          kb-tvm tune NAME in fp16 within BUDGET (default 4m)
-#                                    -> $OUT/NAME-kb/ (report.json, report.md, log.txt, kb_logs.tgz)
+#                                    -> $OUT/NAME-kb/ (report.json, report.md, log.txt, kb_logs.tgz, candidates.jsonl)
 #   tune_h200.sh stock NAME...       the same with stock MetaSchedule (--strategy evolutionary) -> $OUT/NAME-stock/
 # NAME: llama-2l (2 TinyLlama-sized layers, seq 512), gpt2 (GPT-2 small, seq 128), vit-b16 (224²).
 set -u
@@ -47,7 +47,7 @@ case $what in
         > "$OUT/$name-$what/log.txt" 2>&1
       echo "$what $name exit $?"
       # kernels.jsonl: every family variant measured, with its time or why it failed
-      cp "/tmp/$name-$what/report.json" "/tmp/$name-$what/report.md" "/tmp/$name-$what/kernels.jsonl" \
+      cp "/tmp/$name-$what/report.json" "/tmp/$name-$what/report.md" "/tmp/$name-$what/kernels.jsonl" "/tmp/$name-$what/candidates.jsonl" \
         "$OUT/$name-$what/" 2>/dev/null
       # the decision logs say where a task's seconds went (sampling, builds, runs)
       tar czf "$OUT/$name-$what/kb_logs.tgz" -C "/tmp/$name-$what" kb_logs 2>/dev/null

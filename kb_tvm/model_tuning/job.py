@@ -82,7 +82,7 @@ def tune_model(
     from ..measure.database import RecordDatabase
     from ..measure.runner import KBRunner
     from ..search.task_scheduler import KBTaskScheduler
-    from ..tuning import KB_STRATEGIES, PIPELINES, check_strategy, make_search, measurement_pipeline
+    from ..tuning import KB_STRATEGIES, PIPELINES, check_strategy, make_search, measurement_pipeline, parallel_builds
 
     check_strategy(strategy)
     if pipeline not in PIPELINES:  # before the untuned build and the profile, not after them
@@ -164,7 +164,8 @@ def tune_model(
         search, cost_model = make_search(strategy, tuning_budget, seed=seed, repeatable=repeatable,
                                          experience=experience, log_dir=str(work_dir / "kb_logs"),
                                          outside_best={name: c.seconds for name, c in found.items()},
-                                         outside_names={name: c.family.name for name, c in found.items()})
+                                         outside_names={name: c.family.name for name, c in found.items()},
+                                         build_workers=parallel_builds(builder))
         kept = CandidateRecorder(work_dir=work_dir, strategy=strategy,
                                  clock=lambda: tuning_budget.spent, builder=builder, runner=runner)
         # tune_relax, with the tasks TVM's rules fail on in their fallback space or left out

@@ -200,6 +200,16 @@ def batch_size(remaining_seconds: float, cost: MeasurementCost, preferred: int, 
     return max(1, n)
 
 
+def whole_rounds(n: int, workers: int, *, at_least: int = 0) -> int:
+    """`n` cut to whole rounds of `workers` parallel builds where it is more than one round,
+    never below `at_least`: a first batch waits for its slowest build, and on a GPU, where
+    each candidate is timed as soon as it is built, a second round of builds for one or a few
+    candidates costs as much as the first."""
+    if n > workers:
+        n -= n % workers
+    return max(n, at_least)
+
+
 def warm_start_batch(borrowed: int, cost: MeasurementCost, remaining_seconds: float, preferred: int) -> int:
     """Size of the first batch when similar workloads lent schedules: those alone when a batch's
     fixed cost is small (at most 5% of what is left: kb's pipeline), so their gain shows at

@@ -48,14 +48,16 @@ class KBSearch(PySearchStrategy):
     rules alone). `outside_best`: task name -> the best seconds already measured for that task
     outside MetaSchedule's space (a kernel family's kernel); its search spends seconds only
     where it expects to beat them. `outside_names`: task name -> what found that kernel (the
-    family's name), the name of its region in the decision log. Other options: `SearchOptions`.
+    family's name), the name of its region in the decision log. `build_workers`: the builds the
+    builder runs at once (kb's tunes set it from their builder; None: one per core), so that
+    first batches are whole rounds of them. Other options: `SearchOptions`.
     """
 
     def __init__(self, *, budget: str | float | TuningBudget, templates_dir: str | None = None,
                  log_dir: str | None = None, on_event: Callable[[dict], None] | None = None,
                  experience: Experience | None = None, agent=None,
                  outside_best: dict[str, float] | None = None, outside_names: dict[str, str] | None = None,
-                 **options) -> None:
+                 build_workers: int | None = None, **options) -> None:
         check_option("experience", experience, experience is None or isinstance(experience, Experience),
                      "must be a kb_tvm.Experience or None")
         # the agent wing sits above the search: asked for by what it does (a task -> a macro-action), not imported
@@ -66,6 +68,10 @@ class KBSearch(PySearchStrategy):
                      "must map task names to seconds > 0, or be None")
         self.outside_best = dict(outside_best or {})
         self.outside_names = dict(outside_names or {})
+        check_option("build_workers", build_workers,
+                     build_workers is None or (isinstance(build_workers, int) and build_workers >= 1),
+                     "must be an integer >= 1, or None")
+        self.build_workers = build_workers
         self.experience = experience
         self.agent = agent
         self.budget = budget if isinstance(budget, TuningBudget) else TuningBudget(budget)
@@ -117,10 +123,11 @@ class KBSearch(PySearchStrategy):
                                budget=self.budget.task(task_name), options=options, max_trials=int(max_trials),
                                trials_per_batch=int(num_trials_per_iter), log=log, borrowed=borrowed,
                                prior=prior, steer=self.agent, outside_best_s=self.outside_best.get(task_name),
-                               outside_name=self.outside_names.get(task_name))
+                               outside_name=self.outside_names.get(task_name), build_workers=self.build_workers)
         log.write("start", task=self.context.task_name, target=str(self.context.target.export()),
                   budget_s=self.budget.total, budget_spent_s=self.budget.spent, max_trials=int(max_trials),
-                  trials_per_batch=int(num_trials_per_iter), design_spaces=len(design_spaces),
+                  trials_per_batch=int(num_trials_per_iter), build_workers=self.task.plan.build_workers,
+                  design_spaces=len(design_spaces),
                   templates=[{"name": t.name, "why": t.why} for t in templates], options=vars(options),
                   outside_best_ms=None if task_name not in self.outside_best else self.outside_best[task_name] * 1e3)
         if database is not None and database.has_workload(self.context.mod):
@@ -158,7 +165,8 @@ class KBSearch(PySearchStrategy):
         # clones (one per task) share the budget: it counts seconds of the whole job
         return KBSearch(budget=self.budget, templates_dir=self.templates_dir, log_dir=self.log_dir,
                         on_event=self.on_event, experience=self.experience, agent=self.agent,
-                        outside_best=self.outside_best, outside_names=self.outside_names, **vars(self.options))
+                        outside_best=self.outside_best, outside_names=self.outside_names,
+                        build_workers=self.build_workers, **vars(self.options))
 
 
 @derived_object

@@ -42,14 +42,16 @@ class TaskSearch:
                  borrowed: list[Borrowed] | None = None, prior: PriorModel | None = None,
                  factory=None, clock: Callable[[], float] = time.monotonic,
                  steer: Callable[[TaskSearch], str | None] | None = None,
-                 outside_best_s: float | None = None, outside_name: str | None = None) -> None:
+                 outside_best_s: float | None = None, outside_name: str | None = None,
+                 build_workers: int | None = None) -> None:
         """`factory`: where candidates come from (default: a CandidateFactory of `context`; the
         replay environment passes one over a recorded dataset); `clock`: seconds, the
         budget's (replay: simulated); `steer`: a meta-policy asked for a macro-action before
         each fine-phase batch (planner.MACRO_ACTIONS, or None to leave it to the rules);
         `outside_best_s`: the task's best latency measured outside MetaSchedule's space (a
         kernel family's kernel, `outside_name`): proposals gain only where they are expected to
-        beat it, so the search stops once it no longer pays to try."""
+        beat it, so the search stops once it no longer pays to try. `build_workers`: the builds
+        the builder runs at once (None: one per core)."""
         if outside_best_s is not None and not outside_best_s > 0:
             raise ValueError(f"outside_best_s={outside_best_s!r}: seconds > 0, or None")
         self.outside_best_s = outside_best_s
@@ -69,7 +71,7 @@ class TaskSearch:
         self.factory = factory or CandidateFactory(context=context, design_spaces=design_spaces,
                                                    templates=templates, options=options, rng=self.rng, log=log)
         self.plan = Planner(options=options, budget=budget, trials_per_batch=trials_per_batch, max_trials=max_trials,
-                            num_cores=self.factory.num_cores, cost=cost,
+                            num_cores=self.factory.num_cores, cost=cost, build_workers=build_workers,
                             won_before=frozenset(name for b in self.borrowed for name in b.regions_won[:1]))
         self.phase: CoarsePhase | FinePhase = CoarsePhase()
         self.pinned: list[Candidate] = []  # borrowed schedules: measured in the first batch
