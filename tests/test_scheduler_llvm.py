@@ -67,7 +67,10 @@ def test_the_hot_task_gets_the_seconds_within_one_budget(tmp_path, llvm_target):
             retired.discard(e["task"])
         elif e["event"] == "allocate":
             assert e["task"] not in retired
-    assert {"add", "relu"} & {e["task"] for e in events if e["event"] == "retire"}
+    # each elementwise op is about 2% of the model here (the trivial floor): one that is not
+    # retired as trivial gets no batch after its first while the matmul pays more
+    assert {"add", "relu"} & {e["task"] for e in events if e["event"] == "retire"} or \
+        all(e["task"] == "matmul" for e in allocations[3:]), [(e["task"], e["why"]) for e in allocations]
     # the searches paced themselves on their own clocks: seconds of their own batches
     clock = budget.task("matmul")
     assert 0 < clock.own_seconds <= hot.seconds and clock.expected_seconds <= budget.total

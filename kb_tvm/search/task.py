@@ -31,6 +31,9 @@ from .regions import Region
 
 # the region of outside_best_s's kernel in the coarse phase's ranking ("outside:NAME" given its name)
 OUTSIDE_REGION = "outside"
+# the least a task's coarse sampling may take (each design space's first chunk is drawn anyway):
+# on a 2-core CPU a second draws a few dozen valid samples of a small task's spaces
+SAMPLING_FLOOR_S = 1.0
 
 
 class TaskSearch:
@@ -208,9 +211,10 @@ class TaskSearch:
     def _sample_regions(self) -> None:
         started = self.clock()
         self.sampled = True
-        # sampling is cheap, but never let it eat more than its share of the budget (unless repeatable)
+        # sampling is cheap, but never let it eat more than its share of the budget (unless
+        # repeatable): it delays the task's first batch, and every other task's after it
         deadline = math.inf if self.opt.repeatable else started + max(
-            2.0, self.opt.sampling_time_share * self.budget.task_remaining)
+            SAMPLING_FLOOR_S, self.opt.sampling_time_share * self.budget.task_remaining)
         chunk, wanted = 8 * self.factory.workers, self.opt.coarse_samples_per_space
         found, tries = [0] * len(self.factory.spaces), [0] * len(self.factory.spaces)
         # round robin, each space's first chunk regardless of the deadline: a deadline that
