@@ -17,7 +17,7 @@ for almost no work. Each rewrite is exact: it moves values, never computes them 
 
 from __future__ import annotations
 
-from .rewrites import use_counts
+from .rewrites import static_shape, use_counts
 
 # elementwise ops an epilogue chain may hold between a Linear and a reshape of its leading axes
 UNARY = frozenset(f"relax.{name}" for name in (
@@ -28,17 +28,6 @@ BINARY = frozenset(f"relax.{name}" for name in ("add", "subtract", "multiply", "
 MOVES = frozenset(f"relax.{name}" for name in (
     "reshape", "permute_dims", "expand_dims", "squeeze", "astype", "strided_slice"))
 ROUNDS = 8  # rewrites enable each other (a reshape moved makes two cancel); a model needs 2-3
-
-
-def _dims(expr) -> list[int] | None:
-    """The static shape of a tensor expression, or None."""
-    from tvm import relax
-    from tvm.tirx import IntImm
-
-    shape = getattr(expr.ty, "shape", None) if isinstance(expr.ty, relax.TensorType) else None
-    if shape is None or not all(isinstance(d, IntImm) for d in shape):
-        return None
-    return [int(d) for d in shape]
 
 
 def keeps_order(dims: list[int], axes: list[int]) -> bool:
@@ -117,7 +106,7 @@ def _mutator_class():
 
         def reshaped(self, x, dims: list[int]):
             """x as `dims`, through the reshapes and single-use casts that produced it."""
-            if _dims(x) == dims:
+            if static_shape(x) == dims:
                 return x
             producer = self.bound(x)
             if producer is not None and producer.op.same_as(reshape):
@@ -146,7 +135,7 @@ def _mutator_class():
             return rewritten
 
         def permute_as_reshape(self, call):
-            dims, out = _dims(call.args[0]), _dims(call)
+            dims, out = static_shape(call.args[0]), static_shape(call)
             if dims is None or out is None or call.attrs.axes is None:
                 return call
             axes = [int(a) for a in call.attrs.axes]
@@ -154,7 +143,7 @@ def _mutator_class():
 
         def take_as_slice(self, call):
             x, index = call.args
-            dims, out = _dims(x), _dims(call)
+            dims, out = static_shape(x), static_shape(call)
             if dims is None or out is None or not isinstance(index, GenericConst) or index.value.numpy().ndim != 0:
                 return call
             axis = int(call.attrs.axis) % len(dims) if call.attrs.axis is not None else None
@@ -168,8 +157,8 @@ def _mutator_class():
             return relax.op.reshape(piece, out)
 
         def reshape_moved(self, call):
-            x, out = call.args[0], _dims(call)
-            dims = _dims(x)
+            x, out = call.args[0], static_shape(call)
+            dims = static_shape(x)
             if out is None or dims is None:
                 return call
             if dims == out:
@@ -205,7 +194,7 @@ def _mutator_class():
                 chain.append((producer, position))
                 value = producer.args[position]
             a, w = producer.args
-            a_dims, w_dims = _dims(a), _dims(w)
+            a_dims, w_dims = static_shape(a), static_shape(w)
             if a_dims is None or w_dims is None or len(w_dims) != 2:
                 return None
             result = self.builder_.emit(relax.op.matmul(self.reshaped(a, [*out[:-1], a_dims[-1]]), w,
@@ -220,9 +209,9 @@ def _mutator_class():
             """Which of a binary op's args continues the chain: the one whose other arg
             broadcasts along the leading axes only, before the reshape to `out` and after."""
             for position in (0, 1):
-                other = _dims(call.args[1 - position])
-                mine = _dims(call.args[position])
-                if other is not None and mine == _dims(call) and len(other) <= min(len(mine), len(out)) \
+                other = static_shape(call.args[1 - position])
+                mine = static_shape(call.args[position])
+                if other is not None and mine == static_shape(call) and len(other) <= min(len(mine), len(out)) \
                         and broadcasts_over_leading(other, out[-1]):
                     return position
             return None
@@ -251,7 +240,7 @@ def _mutator_class():
             return self.builder_.emit(relax.Call(producer.op, args, producer.attrs, producer.ty_args))
 
         def cast_before_reshape(self, call):
-            x, out = call.args[0], _dims(call)
+            x, out = call.args[0], static_shape(call)
             producer = self.bound(x)
             if out is None or producer is None or not producer.op.same_as(reshape) or not self.once(x):
                 return call

@@ -38,6 +38,17 @@ def use_counts(func) -> dict:
     return counts
 
 
+def static_shape(expr) -> list[int] | None:
+    """The static shape of a tensor expression, or None (not a tensor, or a symbolic extent)."""
+    from tvm import relax
+    from tvm.tirx import IntImm
+
+    shape = getattr(expr.ty, "shape", None) if isinstance(expr.ty, relax.TensorType) else None
+    if shape is None or not all(isinstance(d, IntImm) for d in shape):
+        return None
+    return [int(d) for d in shape]
+
+
 def scalar_constant(expr) -> float | None:
     """The value of a one-element Relax constant, or None for anything else."""
     from tvm.ir.expr import GenericConst

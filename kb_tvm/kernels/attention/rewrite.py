@@ -226,7 +226,7 @@ def _attention_mutator():
     from tvm import relax
     from tvm.relax.expr_functor import PyExprMutator, mutator
 
-    from ...model_tuning.rewrites import scalar_constant
+    from ...model_tuning.rewrites import scalar_constant, static_shape, use_counts
 
     op = {name: tvm.ir.Op.get(f"relax.{name}") for name in ("matmul", "astype", "add", "multiply", "where", "isnan",
                                                             "permute_dims", "reshape", "broadcast_to", "expand_dims")}
@@ -236,24 +236,11 @@ def _attention_mutator():
         target = op[name_or_op] if isinstance(name_or_op, str) else name_or_op
         return expr if isinstance(expr, relax.Call) and expr.op.same_as(target) else None
 
-    def dims(expr) -> list[int] | None:
-        shape = expr.ty.shape
-        try:
-            return [int(x) for x in shape.values]
-        except (AttributeError, TypeError):  # a symbolic or unknown shape
-            return None
-
     def cast_to_half_once(func) -> set:
         """The variables of `func` whose one use is a cast to a half dtype."""
-        uses, casts = {}, set()
-
-        def count(expr) -> None:
-            if isinstance(expr, relax.Var):
-                uses[expr] = uses.get(expr, 0) + 1
-
+        uses, casts = use_counts(func), set()
         for block in getattr(func.body, "blocks", []):
             for binding in block.bindings:
-                relax.analysis.post_order_visit(binding.value, count)
                 cast = call_of(binding.value, "astype")
                 if cast is not None and str(cast.ty.dtype) in HALF and isinstance(cast.args[0], relax.Var):
                     casts.add(cast.args[0])
@@ -328,14 +315,14 @@ def _attention_mutator():
                 return None
             q, k_t = first.args
             k_t, v, kv_group = self.unrepeated(k_t, v)
-            qd, kd, vd = dims(q), dims(k_t), dims(v)
+            qd, kd, vd = static_shape(q), static_shape(k_t), static_shape(v)
             if None in (qd, kd, vd) or not (len(qd) == len(kd) == len(vd) >= 2):
                 return None
             lead, (seq, d), (d_k, seq_kv), (seq_v, d_v) = qd[:-2], qd[-2:], kd[-2:], vd[-2:]
             kv_lead = [*lead[:-1], lead[-1] // kv_group]
             if kd[:-2] != kv_lead or vd[:-2] != kv_lead or d_k != d or seq_v != seq_kv or len(lead) > 2:
                 return None
-            if dims(sm) != [*lead, seq, seq_kv]:  # a bias that broadcasts the scores to more heads
+            if static_shape(sm) != [*lead, seq, seq_kv]:  # a bias that broadcasts the scores to more heads
                 return None
             if str(q.ty.dtype) != dtype or str(k_t.ty.dtype) != dtype:
                 return None
@@ -344,7 +331,7 @@ def _attention_mutator():
             batch, heads = ([1] * (2 - len(lead)) + lead)
             bias_dims = None
             if bias is not None:
-                bd = dims(bias)
+                bd = static_shape(bias)
                 if bd is None or str(bias.ty.dtype) != "float32" or len(bd) > 4:
                     return None
                 bd = [1] * (4 - len(bd)) + bd
@@ -399,7 +386,7 @@ def _attention_mutator():
             if expanded is None or [int(a) for a in expanded.attrs.axis] != [2]:
                 return None
             x = expanded.args[0]
-            xd, wd, rd = dims(x), dims(wide), dims(reshaped)
+            xd, wd, rd = static_shape(x), static_shape(wide), static_shape(reshaped)
             if None in (xd, wd, rd) or len(xd) != 4 or len(wd) != 5:
                 return None
             (b, kv_heads, s, d), group = xd, wd[2]
