@@ -82,6 +82,27 @@ def test_gpt2s_norms_take_their_casts_and_its_linears_their_gelu_and_residuals()
     assert sum(bool(re.fullmatch(r"fused_matmul\d*_cast\d*_add\d*_cast\d*_add\d*", k)) for k in new) == 2
 
 
+def test_gpt2s_first_mlp_linear_with_its_gelu_is_a_hopper_kernel_with_tanh_in_its_epilogue():
+    """What the layout rewrites give the Hopper family on GPT-2: FC1's task, bias and the tanh
+    GELU fused after the matmul, is read as a GEMM with that epilogue and lowers to sm_90a."""
+    import tvm
+    from kb_tvm.schedules.hopper_gemm import GemmTile, sm90a_target
+
+    from kb_tvm.kernels.hopper_gemm.family import match_hopper_gemm
+    from kb_tvm.model_tuning.relax_build import model_tasks
+
+    target = tvm.target.Target(HOPPER)
+    _, mod = prepared("gpt2_tiny.onnx", SEQ, "fp16", target, layout=True)
+    (fc1,) = [t for t in model_tasks(mod, target) if "matmul" in str(t.task_name) and "tanh" in str(t.task_name)]
+    fused = match_hopper_gemm(fc1.dispatched[0])
+    assert fused.problem.n == 4 * fused.problem.k  # GPT-2's MLP widens four times
+    kernel = fused.kernel(GemmTile(bm=64, bn=64, stages=3, b_layout=fused.problem.b_layout), "kb_fc1")
+    with sm90a_target() as cuda:
+        source = tvm.compile(tvm.IRModule({"kb_fc1": kernel}), target=cuda,
+                             tir_pipeline="tirx").mod.imports[0].inspect_source()
+    assert "wgmma.mma_async" in source and "tanh" in source
+
+
 def test_llama_is_left_as_it_was():
     import tvm
 
