@@ -41,7 +41,7 @@ def _tune(name, target, work_dir, budget, experience, seed=1):
 def tuned_library(tmp_path_factory, llvm_target):
     """A library holding one tuned gemm-128: tuned once, never handed to a test itself."""
     experience = Experience(tmp_path_factory.mktemp("library"))
-    _, log = _tune("gemm-128", llvm_target, tmp_path_factory.mktemp("first"), "25s", experience)
+    _, log = _tune("gemm-128", llvm_target, tmp_path_factory.mktemp("first"), "15s", experience)
     assert any(e["event"] == "experience-saved" for e in log)
     return experience.path
 
@@ -69,7 +69,7 @@ def test_the_first_tune_is_kept_with_its_records_trajectory_and_samples(library)
 
 @pytest.mark.tuning
 def test_a_similar_shape_borrows_schedules_regions_costs_and_a_prior(library, llvm_target, tmp_path):
-    result, log = _tune("gemm-512", llvm_target, tmp_path / "second", "20s", library)
+    result, log = _tune("gemm-512", llvm_target, tmp_path / "second", "10s", library)
     (borrowed,) = [e for e in log if e["event"] == "borrowed"]
     (lender,) = borrowed["entries"]
     assert lender["entry"] == library.entries()[-1].id and lender["workload"] == "gemm_128"
