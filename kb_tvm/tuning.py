@@ -103,9 +103,11 @@ def default_builder(target, pipeline: str = "kb", stream_to=None, seconds_left=N
 def parallel_builds(builder) -> int | None:
     """How many candidates `builder` builds at once, where it says (kb's and MetaSchedule's
     local builders); None for others."""
-    if hasattr(builder, "pool"):  # KBBuilder
+    from .measure.builder import KBBuilder
+
+    if isinstance(builder, KBBuilder):
         return builder.pool.workers_count
-    workers = getattr(builder, "max_workers", None)
+    workers = getattr(builder, "max_workers", None)  # MetaSchedule's LocalBuilder
     return workers if isinstance(workers, int) and workers >= 1 else None
 
 

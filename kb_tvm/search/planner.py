@@ -72,8 +72,8 @@ class Planner:
         first batch measures what the coarse phase needs to rank the regions sampled, not the
         whole pool: every task's first batch delays the others' (a ViT's layer norm measured
         all 62 of its samples in an 18-s first batch on an H100). Either is then cut to whole
-        rounds of the builder's parallel builds: that layer norm's next 24 (two for each of 12
-        regions), on 15 build workers, took 13 s."""
+        rounds of the builder's parallel builds: later, that layer norm's 24 (two for each of
+        its 12 regions) on 15 build workers took two rounds and 13 s."""
         preferred = min(self.trials_per_batch, self.max_trials - self.trials)
         minimum = min(max(self.num_cores, preferred // 4), preferred)
         n = decisions.batch_size(self.budget.remaining, self.cost, preferred=preferred, minimum=minimum)

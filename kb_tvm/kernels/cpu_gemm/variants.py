@@ -1,13 +1,16 @@
 """Which variants of the CPU GEMM template (schedules/cpu_gemm.py) to measure, in what order, and
 when to stop. Plain Python: the caller measures (kernels/task_search.py).
 
-The order is a prior from a Zen 4 (AVX-512, 2 cores), where over 128x768x768, 128x3072x768,
-128x768x3072 and 512^3 the fastest register blocks held about 12 vector accumulators (12x16 won
-three of four; 4x32 and 6x32 were within 10%; 3x64 ran 15-30% behind): so blocks are asked for
-by how far their accumulator count is from 3/8 of the vector registers, fewer vectors a row
-first, and by the rows and columns they would compute past the ends of A and B. The search
+The order is a prior: blocks are asked for by how far their accumulator count is from
+ACCUMULATORS (or as many as fit beside the K step's B vectors and a broadcast), fewer vectors
+a row first, and by the rows and columns they would compute past the ends of A and B. The search
 measures in that order and stops after `patience` measurements that did not beat the best by
-`min_gain`.
+`min_gain`. On a Zen 4 (AVX-512, 32 registers, 2 cores), over 128x768x768, 128x3072x768,
+128x768x3072 and 512^3, the fastest blocks held about 12 accumulators (12x16 won three of four;
+4x32 and 6x32 were within 10%; 3x64 ran 15-30% behind). On a Zen 3 (AVX2, 16 registers) GPT-2's
+QKV GEMM (128x2304x768) ran 2.85 ms with 8 accumulators (4x16), 3.44 with 8 (8x8) and 4.29 with
+6 (3x16): a prior of 3/8 of the registers (6 there) started, and with the patience stopped,
+among the slowest.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from ..family import PatientSearch
 # floats badly (4x48 blocks ran 10x slower than 6x32 ones on the Zen 4)
 VECTORS = (1, 2, 4)
 MAX_ROWS = 16
+# independent FMA chains a block keeps in flight: two FMA units of 4 cycles' latency need 8, and
+# the loads of A and B want a few more
+ACCUMULATORS = 12
 
 
 @dataclass(frozen=True)
@@ -60,13 +66,20 @@ def variants(rows: int, n: int, b_layout: str, unit: VectorUnit, b_constant: boo
     return sorted(out, key=lambda t: (prior(t, rows, n, unit), t.describe()))
 
 
+def accumulators_wanted(unit: VectorUnit, vectors: int) -> int:
+    """The accumulators the prior asks for with `vectors` of B a K step: ACCUMULATORS, or as many
+    as fit beside those vectors and a broadcast."""
+    return min(ACCUMULATORS, unit.registers - vectors - 1)
+
+
 def prior(tile: CpuGemmTile, rows: int, n: int, unit: VectorUnit) -> float:
-    """Lower first: accumulators away from 3/8 of the registers, vectors a row, rows and columns
+    """Lower first: accumulators away from those wanted, vectors a row, rows and columns
     computed past A's and B's ends."""
     vectors = tile.cols // unit.lanes
     accumulators = tile.rows * vectors
     past = (-(-rows // tile.rows) * tile.rows - rows) / rows + (-(-n // tile.cols) * tile.cols - n) / n
-    return abs(accumulators - unit.registers * 3 / 8) + 0.5 * (vectors - 1) + 10 * past + (0 if tile.pack_b else 0.25)
+    return (abs(accumulators - accumulators_wanted(unit, vectors)) + 0.5 * (vectors - 1) + 10 * past
+            + (0 if tile.pack_b else 0.25))
 
 
 class VariantSearch(PatientSearch):
