@@ -1,8 +1,8 @@
 """Which variants of the CPU convolution template (schedules/cpu_conv.py) to measure, in what
 order. Plain Python: the caller measures (kernels/task_search.py).
 
-Register blocks as the GEMM family's prior orders them (about 12 accumulators first, or as
-many as fit), among those whose rows divide the output pixels and whose columns divide the
+Register blocks as the GEMM family's prior orders them (`wanted`: 12 accumulators and one
+vector a row on AVX-512, half the registers and two vectors on narrower units), among those whose rows divide the output pixels and whose columns divide the
 output channels: the template computes no partial block. On the Zen 4 (AVX-512, 2 cores) 7x32
 and 4x32 blocks ran ResNet-18's 3x3 convolutions at 195-218 GFLOP/s; 1x64 at 86.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ...schedules.cpu_conv import CpuConvTile
 from ...schedules.cpu_gemm import STACK_BYTES
-from ..cpu_gemm.variants import MAX_ROWS, VECTORS, VectorUnit, accumulators_wanted
+from ..cpu_gemm.variants import MAX_ROWS, VECTORS, VectorUnit, wanted
 from ..family import PatientSearch
 
 
@@ -33,7 +33,8 @@ def variants(pixels: int, channels: int, unit: VectorUnit, prepacked: bool = Fal
 def prior(tile: CpuConvTile, unit: VectorUnit) -> float:
     """Lower first: accumulators away from those wanted, then vectors a row."""
     vectors = tile.cols // unit.lanes
-    return abs(tile.rows * vectors - accumulators_wanted(unit, vectors)) + 0.5 * (vectors - 1)
+    accumulators, wanted_vectors = wanted(unit)
+    return abs(tile.rows * vectors - accumulators) + 0.5 * abs(vectors - wanted_vectors)
 
 
 class VariantSearch(PatientSearch):

@@ -1,16 +1,16 @@
 """Which variants of the CPU GEMM template (schedules/cpu_gemm.py) to measure, in what order, and
 when to stop. Plain Python: the caller measures (kernels/task_search.py).
 
-The order is a prior: blocks are asked for by how far their accumulator count is from
-ACCUMULATORS (or as many as fit beside the K step's B vectors and a broadcast), fewer vectors
-a row first, and by the rows and columns they would compute past the ends of A and B. The search
-measures in that order and stops after `patience` measurements that did not beat the best by
-`min_gain`. On a Zen 4 (AVX-512, 32 registers, 2 cores), over 128x768x768, 128x3072x768,
-128x768x3072 and 512^3, the fastest blocks held about 12 accumulators (12x16 won three of four;
-4x32 and 6x32 were within 10%; 3x64 ran 15-30% behind). On a Zen 3 (AVX2, 16 registers) GPT-2's
-QKV GEMM (128x2304x768) ran 2.85 ms with 8 accumulators (4x16), 3.44 with 8 (8x8) and 4.29 with
-6 (3x16): a prior of 3/8 of the registers (6 there) started, and with the patience stopped,
-among the slowest.
+The order is a prior: blocks are asked for by how far their accumulators are from those wanted
+(`wanted`) and their vectors of B a K step from those wanted, then by the rows and columns they
+would compute past the ends of A and B. The search measures in that order and stops after
+`patience` measurements that did not beat the best by `min_gain`. Measured:
+- a Zen 4 (AVX-512, 32 registers, 2 cores), over 128x768x768, 128x3072x768, 128x768x3072 and
+  512^3: the fastest blocks held about 12 accumulators and one vector a row (12x16 won three of
+  four; 4x32 and 6x32 were within 10%; 3x64 ran 15-30% behind);
+- a Zen 3 (AVX2, 16 registers), GPT-2's GEMMs: two vectors a row and 8 accumulators (QKV,
+  128x2304x768: 4x16 2.85 ms, 8x8 3.44, 3x16 4.29, 6x16 3.17, 12x8 12.3; FFN up: 3x16 5.07,
+  6x16 7.35, 12x8 17.0). With one 256-bit vector a row each FMA needs a load of its own.
 """
 
 from __future__ import annotations
@@ -24,9 +24,6 @@ from ..family import PatientSearch
 # floats badly (4x48 blocks ran 10x slower than 6x32 ones on the Zen 4)
 VECTORS = (1, 2, 4)
 MAX_ROWS = 16
-# independent FMA chains a block keeps in flight: two FMA units of 4 cycles' latency need 8, and
-# the loads of A and B want a few more
-ACCUMULATORS = 12
 
 
 @dataclass(frozen=True)
@@ -66,19 +63,20 @@ def variants(rows: int, n: int, b_layout: str, unit: VectorUnit, b_constant: boo
     return sorted(out, key=lambda t: (prior(t, rows, n, unit), t.describe()))
 
 
-def accumulators_wanted(unit: VectorUnit, vectors: int) -> int:
-    """The accumulators the prior asks for with `vectors` of B a K step: ACCUMULATORS, or as many
-    as fit beside those vectors and a broadcast."""
-    return min(ACCUMULATORS, unit.registers - vectors - 1)
+def wanted(unit: VectorUnit) -> tuple[int, int]:
+    """(accumulators, vectors of B a K step) the prior asks for first: 12 and one 512-bit vector
+    where there are 32 registers, half the registers and two vectors where there are fewer or
+    narrower ones (LLVM needs the rest; one narrow vector a row is load-bound)."""
+    return min(12, unit.registers // 2), 1 if unit.lanes >= 16 else 2
 
 
 def prior(tile: CpuGemmTile, rows: int, n: int, unit: VectorUnit) -> float:
-    """Lower first: accumulators away from those wanted, vectors a row, rows and columns
+    """Lower first: accumulators and vectors a row away from those wanted, rows and columns
     computed past A's and B's ends."""
     vectors = tile.cols // unit.lanes
-    accumulators = tile.rows * vectors
+    accumulators, wanted_vectors = wanted(unit)
     past = (-(-rows // tile.rows) * tile.rows - rows) / rows + (-(-n // tile.cols) * tile.cols - n) / n
-    return (abs(accumulators - accumulators_wanted(unit, vectors)) + 0.5 * (vectors - 1) + 10 * past
+    return (abs(tile.rows * vectors - accumulators) + 0.5 * abs(vectors - wanted_vectors) + 10 * past
             + (0 if tile.pack_b else 0.25))
 
 
