@@ -31,8 +31,8 @@ def test_the_prior_asks_first_for_the_blocks_the_vector_unit_wants():
     assert variants(128, 768, "nk", AVX512)[:2] == [CpuGemmTile(rows=12, cols=16), CpuGemmTile(rows=6, cols=32)]
     assert variants(128, 768, "kn", AVX512)[:2] == [CpuGemmTile(rows=12, cols=16),
                                                     CpuGemmTile(rows=12, cols=16, pack_b=False)]
-    # AVX2: 8 accumulators, two vectors a row (on a Zen 3 GPT-2's QKV ran 2.85 ms so, 4.29 with
-    # 3x16, the block 3/8 of the registers asked for first, 12.3 with 12x8)
+    # AVX2: 8 accumulators, two vectors a row (on a Zen 3 GPT-2's QKV ran 2.85 ms so; 4.29 and
+    # 6.55 with 3x16 and 6x8, the 6 accumulators the earlier prior asked for first; 12.3 with 12x8)
     assert variants(128, 768, "nk", AVX2)[:2] == [CpuGemmTile(rows=4, cols=16), CpuGemmTile(rows=8, cols=8)]
     # a GEMM of 4 rows: no block computes rows past them first
     assert variants(4, 768, "nk", AVX512)[0].rows == 4
