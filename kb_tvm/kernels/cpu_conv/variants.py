@@ -2,9 +2,10 @@
 order. Plain Python: the caller measures (kernels/task_search.py).
 
 Register blocks as the GEMM family's prior orders them (`wanted`: 12 accumulators and one
-vector a row on AVX-512, half the registers and two vectors on narrower units), among those whose rows divide the output pixels and whose columns divide the
-output channels: the template computes no partial block. On the Zen 4 (AVX-512, 2 cores) 7x32
-and 4x32 blocks ran ResNet-18's 3x3 convolutions at 195-218 GFLOP/s; 1x64 at 86.
+vector a row on AVX-512; on AVX2, 8 and two vectors), among those whose rows divide the output
+pixels and whose columns divide the output channels: the template computes no partial block.
+On the Zen 4 (AVX-512, 2 cores) 7x32 and 4x32 blocks ran ResNet-18's 3x3 convolutions at 195-218
+GFLOP/s; 1x64 at 86.
 """
 
 from __future__ import annotations

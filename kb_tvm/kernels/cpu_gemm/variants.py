@@ -64,9 +64,9 @@ def variants(rows: int, n: int, b_layout: str, unit: VectorUnit, b_constant: boo
 
 
 def wanted(unit: VectorUnit) -> tuple[int, int]:
-    """(accumulators, vectors of B a K step) the prior asks for first: 12 and one 512-bit vector
-    where there are 32 registers, half the registers and two vectors where there are fewer or
-    narrower ones (LLVM needs the rest; one narrow vector a row is load-bound)."""
+    """(accumulators, vectors of B a K step) the prior asks for first: 12 accumulators, or half
+    the registers where there are fewer than 24 (LLVM needs the rest); one vector a row where a
+    vector holds 16 floats (AVX-512), else two (one narrow vector a row is load-bound)."""
     return min(12, unit.registers // 2), 1 if unit.lanes >= 16 else 2
 
 
