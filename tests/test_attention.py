@@ -19,7 +19,11 @@ from kb_tvm.kernels.family import NotApplicable
 from kb_tvm.schedules.flash_attention import AttentionTile
 
 WORKLOADS = Path(__file__).resolve().parent.parent / "workloads"
+# architectures kb was not built on, as `python benchmarks/zoo.py --out zoo falcon gptj` exports
+# them (2 layers, hidden 64, 4 heads; zoo/NAME.onnx copied to NAME_zoo.onnx)
+ZOO = Path(__file__).resolve().parent / "models"
 SEQ = {"input_ids": (1, 16), "attention_mask": (1, 16)}
+ZOO_SEQ = {"input_ids": (1, 32), "attention_mask": (1, 32)}
 HOPPER = {"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024, "max_shared_memory_per_block": 49152,
           "thread_warp_size": 32, "registers_per_block": 65536, "host": {"kind": "llvm"}}
 
@@ -35,7 +39,7 @@ def _imported(name: str, shapes: tuple, precision: str):
     from kb_tvm.model_tuning import apply_math, load_onnx, lower_precision, to_relax
     from kb_tvm.model_tuning.rewrites import integer_powers_as_products
 
-    model = load_onnx(WORKLOADS / name, dict(shapes))
+    model = load_onnx((ZOO if name.endswith("_zoo.onnx") else WORKLOADS) / name, dict(shapes))
     return model, apply_math(lower_precision(integer_powers_as_products()(to_relax(model)), precision), "exact")
 
 
@@ -73,6 +77,42 @@ def test_the_shipped_architectures_attention_becomes_one_task_per_layer(name, sh
     assert "R.nn.softmax" not in ops and "R.nn.softmax" in mod["main"].script()
 
 
+@pytest.mark.parametrize("name,group,scale", [
+    ("falcon_zoo.onnx", 4, 1.0),  # multi-query: one K/V head, which the matmuls broadcast to the 4 query heads
+    ("gptj_zoo.onnx", 1, 0.25),  # the scores divided by sqrt(d) = 4, and the softmax cast to fp32 it already is
+])
+def test_architectures_kb_was_not_built_on_get_one_attention_task_per_layer(name, group, scale):
+    _, mod = half_module(name, ZOO_SEQ)
+    fused = fuse_attention(mod)
+    funcs = attention_funcs(fused)
+    assert len(re.findall(r"= R\.call_tir\(kb_attention\d*,", fused["main"].script())) == 2  # two layers
+    shape = AttentionShape.from_attrs(funcs[0].attrs["kb_attention"])
+    assert (shape.heads, shape.kv_group, shape.scale, shape.d) == (4, group, scale, 16)
+    assert shape.bias_dims == (1, 1, 32, 32) and shape.round_scores and shape.out_dtype == "float16"
+    assert "R.nn.softmax" not in fused["main"].script()
+
+
+def test_a_divisor_whose_reciprocal_is_inexact_is_not_taken_as_a_scale():
+    """x / 3 in fp16 is not x * fp32(1/3) rounded to fp16 for every x: the kernel would not
+    compute what the model does, so such an attention keeps its graph."""
+    import tvm
+    from tvm import relax
+
+    _, mod = half_module("gptj_zoo.onnx", ZOO_SEQ)
+
+    @relax.expr_functor.mutator
+    class DivideByThree(relax.PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if call.op.same_as(tvm.ir.Op.get("relax.divide")) and str(call.ty.dtype) == "float16":
+                return relax.op.divide(call.args[0], relax.const(3.0, "float16"))
+            return call
+
+    main = DivideByThree().visit_expr(mod["main"])
+    assert 'R.const(3.0, "float16")' in main.script()
+    assert not attention_funcs(fuse_attention(tvm.IRModule({"main": main})))
+
+
 def test_a_transpose_of_the_output_is_the_kernels_store_where_it_orders_it_as_batch_seq_heads():
     from kb_tvm.kernels.attention.rewrite import keeps_bshd_order
 
@@ -100,7 +140,7 @@ def test_fp32_models_and_other_targets_keep_their_graph():
     assert not attention_funcs(relax_module(model, hopper, precision="fp16", math="exact", kernels=False))
 
 
-@pytest.mark.parametrize("name", ["llama_tiny.onnx", "bert_tiny.onnx"])
+@pytest.mark.parametrize("name", ["llama_tiny.onnx", "bert_tiny.onnx", "falcon_zoo.onnx"])
 def test_the_rewritten_model_computes_what_the_model_did(name, llvm_target):
     """The untuned build with the attention as one task (its TE reference, scheduled by default)
     gives the same outputs as with the attention's ops apart."""
@@ -109,7 +149,7 @@ def test_the_rewritten_model_computes_what_the_model_did(name, llvm_target):
     from kb_tvm.model_tuning.profiling import run_outputs
     from kb_tvm.model_tuning.relax_build import build
 
-    model, mod = half_module(name, SEQ)
+    model, mod = half_module(name, ZOO_SEQ if name.endswith("_zoo.onnx") else SEQ)
     inputs = [example_inputs(model), example_inputs(model, seed=1)]  # half the tokens padded, then random
     before, after = (run_outputs(build(prepare(m, llvm_target), llvm_target), llvm_target, inputs)
                      for m in (mod, fuse_attention(mod)))

@@ -10,13 +10,17 @@ What is matched, from the second matmul back (optional steps in brackets):
     p = softmax(s, last axis)  [where(isnan(p), 0, p)]
     o = matmul(astype(p, half), v, fp32)  [astype half]
 
-q, kᵀ and v are [.., seq, d], [.., d, seq_kv] and [.., seq_kv, d_v] with the same leading axes
-(the heads), or kᵀ and v each a repeat of fewer heads (grouped-query attention as transformers
-writes it, repeat_kv: expand_dims, broadcast_to, reshape; then on kᵀ its transpose and a scalar
-scale), which the kernel reads unrepeated; the bias (the mask: causal, padding) broadcasts to
+(a scale: times a scalar constant, or divided by a power of two; casts to the dtype a value has
+are skipped). q, kᵀ and v are [.., seq, d], [.., d, seq_kv] and [.., seq_kv, d_v] with the same
+leading axes (the heads); or kᵀ and v each a repeat of fewer heads (grouped-query attention as
+transformers writes it, repeat_kv: expand_dims, broadcast_to, reshape; then on kᵀ its transpose
+and a scalar scale), which the kernel reads unrepeated; or kᵀ and v of one head that the matmuls
+broadcast (multi-query attention, Falcon's). The bias (the mask: causal, padding) broadcasts to
 the scores. The exports of transformers' Llama, GPT-2, BERT and ViT and torchvision's ViT import
-as this; anything else is left as it was, and so is an attention whose heads no tile of the
-kernel takes (d not a multiple of 16). The rewrite keeps every op's order and rounding, so the
+as this, and so do 24 of the 30 architectures with attention in benchmarks/zoo.py (not: Gemma 2's
+capped scores, BLOOM's ALiBi, and the position biases of DeBERTa-v2, MPNet, BEiT and Swin).
+Anything else is left as it was, and so is an attention whose heads no tile of the kernel takes
+(d not a multiple of 16). The rewrite keeps every op's order and rounding, so the
 untuned build computes what it did: the tests compare the two."""
 
 from __future__ import annotations
@@ -219,6 +223,8 @@ def _out_layout_mutator():
 
 
 def _attention_mutator():
+    import math
+
     from ...schedules.flash_attention import AttentionTile
     import ml_dtypes  # noqa: F401 - numpy's bfloat16, for a bf16 model's scale
     import numpy as np
@@ -228,8 +234,9 @@ def _attention_mutator():
 
     from ...model_tuning.rewrites import scalar_constant, static_shape, use_counts
 
-    op = {name: tvm.ir.Op.get(f"relax.{name}") for name in ("matmul", "astype", "add", "multiply", "where", "isnan",
-                                                            "permute_dims", "reshape", "broadcast_to", "expand_dims")}
+    op = {name: tvm.ir.Op.get(f"relax.{name}") for name in ("matmul", "astype", "add", "multiply", "divide", "where",
+                                                            "isnan", "permute_dims", "reshape", "broadcast_to",
+                                                            "expand_dims")}
     softmax = tvm.ir.Op.get("relax.nn.softmax")
 
     def call_of(expr, name_or_op):
@@ -249,13 +256,18 @@ def _attention_mutator():
     @mutator
     class FuseAttention(PyExprMutator):
         def value(self, expr):
-            """What a dataflow variable is bound to, through aliases (the expression itself otherwise)."""
-            while isinstance(expr, relax.Var):
-                bound = self.lookup_binding(expr)
-                if bound is None:
-                    break
-                expr = bound
-            return expr
+            """What a dataflow variable is bound to, through aliases and casts to the dtype it has
+            (GPT-J's softmax, cast to fp32 again; the expression itself otherwise)."""
+            while True:
+                while isinstance(expr, relax.Var):
+                    bound = self.lookup_binding(expr)
+                    if bound is None:
+                        return expr
+                    expr = bound
+                same = call_of(expr, "astype")
+                if same is None or str(same.args[0].ty.dtype) != str(same.ty.dtype):
+                    return expr
+                expr = same.args[0]
 
         def visit_function_(self, func):
             self.cast_later = cast_to_half_once(func)
@@ -319,7 +331,9 @@ def _attention_mutator():
             if None in (qd, kd, vd) or not (len(qd) == len(kd) == len(vd) >= 2):
                 return None
             lead, (seq, d), (d_k, seq_kv), (seq_v, d_v) = qd[:-2], qd[-2:], kd[-2:], vd[-2:]
-            kv_lead = [*lead[:-1], lead[-1] // kv_group]
+            if kv_group == 1 and lead and lead[-1] > 1 and kd[:-2] == vd[:-2] == [*lead[:-1], 1]:
+                kv_group = lead[-1]  # one K/V head that the matmuls broadcast (Falcon's multi-query attention)
+            kv_lead = [*lead[:-1], lead[-1] // kv_group] if lead else []
             if kd[:-2] != kv_lead or vd[:-2] != kv_lead or d_k != d or seq_v != seq_kv or len(lead) > 2:
                 return None
             if static_shape(sm) != [*lead, seq, seq_kv]:  # a bias that broadcasts the scores to more heads
@@ -402,23 +416,30 @@ def _attention_mutator():
             up, rounded, scale, half = call_of(expr, "astype"), False, 1.0, None
             if up is not None and str(up.ty.dtype) == "float32":
                 inner = self.value(up.args[0])
-                scaled = call_of(inner, "multiply")
-                if scaled is not None:
-                    scale, inner = self.scalar(scaled.args[1]), self.value(scaled.args[0])
+                if (scaled := self.scaling(inner)) is not None:
+                    inner, scale = scaled
                 down = call_of(inner, "astype")
-                if scale is None or down is None or str(down.ty.dtype) not in HALF:
+                if down is None or str(down.ty.dtype) not in HALF:
                     return none
                 expr, rounded, half = self.value(down.args[0]), True, str(down.ty.dtype)
-            elif (scaled := call_of(expr, "multiply")) is not None:
-                scale, expr = self.scalar(scaled.args[1]), self.value(scaled.args[0])
-                if scale is None:
-                    return none
+            elif (scaled := self.scaling(expr)) is not None:
+                expr, scale = scaled
             mm = call_of(expr, "matmul")
             if mm is None or str(mm.ty.dtype) != "float32" or str(mm.args[0].ty.dtype) not in HALF:
                 return none
             if rounded and half != str(mm.args[0].ty.dtype):
                 return none
             return mm, rounded, scale
+
+        def scaling(self, expr):
+            """(x, c) where `expr` is x times a scalar constant c, or x divided by one whose
+            reciprocal c is exact, a power of two (GPT-J divides the scores by sqrt(d)); else None."""
+            scaled, divided = call_of(expr, "multiply"), call_of(expr, "divide")
+            if scaled is not None and (c := self.scalar(scaled.args[1])) is not None:
+                return self.value(scaled.args[0]), c
+            if divided is not None and (c := self.scalar(divided.args[1])) and abs(math.frexp(c)[0]) == 0.5:
+                return self.value(divided.args[0]), 1.0 / c
+            return None
 
         def scalar(self, expr) -> float | None:
             """The value of a one-element constant (through variables and casts, rounded as they
