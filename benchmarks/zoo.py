@@ -10,6 +10,7 @@ below at toy size (random weights), exported as `export_models` exports its own 
     python benchmarks/zoo.py --out zoo                       # every architecture, numerics only
     python benchmarks/zoo.py --out zoo --group vision
     python benchmarks/zoo.py --out zoo --budget 40s opt swin
+    python benchmarks/zoo.py --out zoo --attention           # also: the attention as one task on sm_90?
 
 Needs the models extra (torch, transformers). One line per architecture: the verdict, or the
 error's last line. The summary goes to OUT/zoo.json, written after each architecture.
@@ -151,6 +152,30 @@ def export(arch: Arch, path: Path):
     return done, [f"input_ids=1x{SEQ}", f"attention_mask=1x{SEQ}"]
 
 
+def attention_tasks(path: Path, shapes: list[str]) -> str:
+    """How the model's attention reaches an sm_90 GPU in fp16: how many of its softmaxes are left
+    apart, and how many attention calls became one `kb_attention` task (the fused kernel's)."""
+    import re
+
+    import tvm
+
+    from kb_tvm.kernels.attention.rewrite import NAME
+    from kb_tvm.model_tuning import load_onnx
+    from kb_tvm.model_tuning.relax_build import relax_module
+
+    dims = {}
+    for shape in shapes:
+        name, extents = shape.split("=")
+        dims[name] = tuple(int(e) for e in extents.split("x"))
+    hopper = tvm.target.Target({"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024,
+                                "max_shared_memory_per_block": 49152, "thread_warp_size": 32,
+                                "registers_per_block": 65536, "host": {"kind": "llvm"}})
+    main = relax_module(load_onnx(path, dims), hopper, precision="fp16", math="exact")["main"].script()
+    fused = len(re.findall(rf"R\.call_tir\({NAME}\d*,", main))
+    apart = len(re.findall(r"R\.call_tir\(\w*softmax\w*,", main))  # the kernels of softmaxes left in the graph
+    return f"{fused} one task, {apart} softmaxes apart"
+
+
 def _verdict(text: str) -> str:
     """A run's verdict: its "tuned:" line where it has one, else its last line."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip() and "Warning" not in line]
@@ -166,7 +191,9 @@ def _verdict(text: str) -> str:
 @click.option("--budget", default=None, help="Also tune each for this long (e.g. 40s).")
 @click.option("--target", default="llvm", show_default=True, help="kb-tvm tune's --target.")
 @click.option("--precision", default="fp32", show_default=True, help="kb-tvm tune's --precision.")
-def main(names, out, group, budget, target, precision) -> None:
+@click.option("--attention", is_flag=True,
+              help="Also count the attention calls that become one fused-kernel task on an sm_90 GPU in fp16.")
+def main(names, out, group, budget, target, precision, attention) -> None:
     """Export each architecture (all by default), check its numerics, and tune it where asked."""
     import transformers
 
@@ -188,6 +215,8 @@ def main(names, out, group, budget, target, precision) -> None:
             (out / "zoo.json").write_text(json.dumps(summary, indent=1))
             continue
         row = {"export": done.summary()}
+        if attention:
+            row["attention"] = {"said": attention_tasks(out / f"{name}.onnx", shapes)}
         runs = [("numerics", ["--check-numerics-only"])] + ([("tune", ["--budget", budget])] if budget else [])
         shape_args = [arg for shape in shapes for arg in ("--input-shape", shape)]
         for step, extra in runs:
@@ -199,7 +228,8 @@ def main(names, out, group, budget, target, precision) -> None:
             row[step] = {"exit": ran.returncode, "said": _verdict(ran.stdout if ran.returncode == 0
                                                                   else ran.stdout + "\n" + ran.stderr)}
         summary[name] = row
-        click.echo(f"{name:14s} " + "  ".join(f"{step}: {row[step]['said']}" for step, _ in runs))
+        click.echo(f"{name:14s} " + "  ".join(f"{step}: {row[step]['said']}"
+                                              for step in (["attention"] if attention else []) + [s for s, _ in runs]))
         (out / "zoo.json").write_text(json.dumps(summary, indent=1))  # after each: a cut run keeps its rows
 
 
