@@ -153,8 +153,8 @@ def export(arch: Arch, path: Path):
 
 
 def attention_tasks(path: Path, shapes: list[str]) -> str:
-    """How the model's attention reaches an sm_90 GPU in fp16: how many of its softmaxes are left
-    apart, and how many attention calls became one `kb_attention` task (the fused kernel's)."""
+    """How the model's attention reaches an sm_90 GPU in fp16: how many attention calls became one
+    `kb_attention` task (the fused kernel's), and how many softmaxes are left apart."""
     import re
 
     import tvm

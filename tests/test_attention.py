@@ -93,8 +93,8 @@ def test_architectures_kb_was_not_built_on_get_one_attention_task_per_layer(name
 
 
 def test_a_divisor_whose_reciprocal_is_inexact_is_not_taken_as_a_scale():
-    """x / 3 in fp16 is not x * fp32(1/3) rounded to fp16 for every x: the kernel would not
-    compute what the model does, so such an attention keeps its graph."""
+    """x / c and x times a rounded 1/c can differ in the last bit (x / 10 and x * 0.1 in fp32
+    do), and the rewrite keeps every op's rounding: only a power of two is taken as a scale."""
     import tvm
     from tvm import relax
 
