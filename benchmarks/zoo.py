@@ -161,12 +161,10 @@ def attention_tasks(path: Path, shapes: list[str]) -> str:
 
     from kb_tvm.kernels.attention.rewrite import NAME
     from kb_tvm.model_tuning import load_onnx
+    from kb_tvm.model_tuning.onnx_input import parse_input_shape
     from kb_tvm.model_tuning.relax_build import relax_module
 
-    dims = {}
-    for shape in shapes:
-        name, extents = shape.split("=")
-        dims[name] = tuple(int(e) for e in extents.split("x"))
+    dims = dict(parse_input_shape(shape) for shape in shapes)
     hopper = tvm.target.Target({"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024,
                                 "max_shared_memory_per_block": 49152, "thread_warp_size": 32,
                                 "registers_per_block": 65536, "host": {"kind": "llvm"}})
