@@ -276,6 +276,9 @@ def _writable_dir(work_dir: Path) -> None:
               "on CPUs they are TVM's fast approximations (they vectorize; checked against onnxruntime like the rest).")
 @click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=DIMS",
               help="Pin an input's dynamic axes, e.g. input_ids=1x128 (repeat for each input).")
+@click.option("--dim", "axes", multiple=True, metavar="AXIS=SIZE",
+              help="Pin a dynamic axis by the name the export gave it, on every input that has it, e.g. "
+              "sequence=128 (repeatable; a decoder's key/value cache: its past length once for all layers).")
 @click.option("--cuda-graph/--no-cuda-graph", default=True, show_default=True,
               help="On CUDA, launch the model's kernels as CUDA graphs (the report gives the latency without "
               "them too).")
@@ -286,7 +289,7 @@ def _writable_dir(work_dir: Path) -> None:
 @_experience_options
 @_rpc_options
 def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, repeatable, strategy, pipeline,
-                       resume, precision, exact_math, input_shapes, cuda_graph, check_numerics_only, tune_anyway,
+                       resume, precision, exact_math, input_shapes, axes, cuda_graph, check_numerics_only, tune_anyway,
                        experience_dir, no_experience, tracker, key) -> None:
     """Tune an ONNX model within a wall-clock budget; export a library and a report. The untuned
     build is checked against onnxruntime first: a mismatch stops the run before the budget starts."""
@@ -297,6 +300,7 @@ def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, 
         NumericsMismatch,
         load_onnx,
         math_for,
+        parse_dim,
         parse_input_shape,
         read_state,
         to_relax,
@@ -306,7 +310,8 @@ def tune_model_command(model, budget, target, work_dir, trials_per_batch, seed, 
     work_dir = Path(work_dir or Path("kb-work") / Path(model).stem)
     experience = _experience(experience_dir, no_experience, strategy)
     try:  # every check before anything is written
-        onnx_model = load_onnx(model, dict(parse_input_shape(text) for text in input_shapes))
+        onnx_model = load_onnx(model, dict(parse_input_shape(text) for text in input_shapes),
+                               dict(parse_dim(text) for text in axes))
         to_relax(onnx_model)
         tvm_target = make_target(target)
         read_state(work_dir, name=str(model), resume=resume, strategy=strategy, precision=precision,

@@ -24,11 +24,17 @@ WORKLOADS = Path(__file__).resolve().parent.parent / "workloads"
 ZOO = Path(__file__).resolve().parent / "models"
 SEQ = {"input_ids": (1, 16), "attention_mask": (1, 16)}
 ZOO_SEQ = {"input_ids": (1, 32), "attention_mask": (1, 32)}
+# one decode step of a Llama-style decoder with a key/value cache (1 layer, 4 heads on 2 K/V heads):
+# python workloads/export_models.py llama --layers 1 --hidden 64 --heads 4 --kv-heads 2 --ffn 172
+#   --vocab 256 --positions 128 --seq 1 --past 15 --out tests/models/llama_decode_tiny.onnx
+DECODE = "llama_decode_tiny.onnx"
+DECODE_AXES = {"batch": 1, "sequence": 1, "past": 15, "total": 16}  # pinned by name, as `kb-tvm tune --dim`
 HOPPER = {"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024, "max_shared_memory_per_block": 49152,
           "thread_warp_size": 32, "registers_per_block": 65536, "host": {"kind": "llvm"}}
 
 
 def half_module(name: str, shapes: dict, precision: str = "fp16"):
+    """`shapes`: input name -> dims, or for the decode step DECODE_AXES (axis name -> size)."""
     return _imported(name, tuple(sorted(shapes.items())), precision)
 
 
@@ -39,7 +45,9 @@ def _imported(name: str, shapes: tuple, precision: str):
     from kb_tvm.model_tuning import apply_math, load_onnx, lower_precision, to_relax
     from kb_tvm.model_tuning.rewrites import integer_powers_as_products
 
-    model = load_onnx((ZOO if name.endswith("_zoo.onnx") else WORKLOADS) / name, dict(shapes))
+    folder = ZOO if (ZOO / name).exists() else WORKLOADS
+    by_axis = name == DECODE
+    model = load_onnx(folder / name, {} if by_axis else dict(shapes), dict(shapes) if by_axis else None)
     return model, apply_math(lower_precision(integer_powers_as_products()(to_relax(model)), precision), "exact")
 
 
@@ -92,6 +100,19 @@ def test_architectures_kb_was_not_built_on_get_one_attention_task_per_layer(name
     assert "R.nn.softmax" not in fused["main"].script()
 
 
+def test_a_decode_steps_attention_over_its_cache_is_one_task():
+    """One new token against 15 cached ones: the query is one row, the keys and values the
+    cache with the new token's appended (a concat the rewrite leaves before the kernel)."""
+    _, mod = half_module(DECODE, DECODE_AXES)
+    fused = fuse_attention(mod)
+    (func,) = attention_funcs(fused)
+    assert len(re.findall(r"= R\.call_tir\(kb_attention\d*,", fused["main"].script())) == 1
+    shape = AttentionShape.from_attrs(func.attrs["kb_attention"])
+    assert (shape.seq, shape.seq_kv, shape.heads, shape.kv_group, shape.d) == (1, 16, 4, 2, 16)
+    assert shape.bias_dims == (1, 1, 1, 16) and shape.nan_to_zero
+    assert "R.nn.softmax" not in fused["main"].script()
+
+
 def test_a_divisor_whose_reciprocal_is_inexact_is_not_taken_as_a_scale():
     """x / c and x times a rounded 1/c can differ in the last bit (x / 10 and x * 0.1 in fp32
     do), and the rewrite keeps every op's rounding: only a power of two is taken as a scale."""
@@ -140,7 +161,7 @@ def test_fp32_models_and_other_targets_keep_their_graph():
     assert not attention_funcs(relax_module(model, hopper, precision="fp16", math="exact", kernels=False))
 
 
-@pytest.mark.parametrize("name", ["llama_tiny.onnx", "bert_tiny.onnx", "falcon_zoo.onnx"])
+@pytest.mark.parametrize("name", ["llama_tiny.onnx", "bert_tiny.onnx", "falcon_zoo.onnx", DECODE])
 def test_the_rewritten_model_computes_what_the_model_did(name, llvm_target):
     """The untuned build with the attention as one task (its TE reference, scheduled by default)
     gives the same outputs as with the attention's ops apart."""
@@ -149,7 +170,7 @@ def test_the_rewritten_model_computes_what_the_model_did(name, llvm_target):
     from kb_tvm.model_tuning.profiling import run_outputs
     from kb_tvm.model_tuning.relax_build import build
 
-    model, mod = half_module(name, ZOO_SEQ if name.endswith("_zoo.onnx") else SEQ)
+    model, mod = half_module(name, {DECODE: DECODE_AXES}.get(name, ZOO_SEQ if name.endswith("_zoo.onnx") else SEQ))
     inputs = [example_inputs(model), example_inputs(model, seed=1)]  # half the tokens padded, then random
     before, after = (run_outputs(build(prepare(m, llvm_target), llvm_target), llvm_target, inputs)
                      for m in (mod, fuse_attention(mod)))

@@ -107,6 +107,47 @@ def test_the_shipped_vit_tells_images_apart(name):
     np.testing.assert_allclose(alone[0], logits[1], atol=1e-5)
 
 
+DECODE = ROOT / "tests" / "models" / "llama_decode_tiny.onnx"  # tests/test_attention.py says how it was made
+
+
+def test_the_decode_step_continues_from_the_cache_it_returns():
+    """Two new tokens after a cache of 5 positions, or one and then the other on the cache the
+    first returned: the second's logits agree. All four axes are dynamic and named for `--dim`."""
+    import onnx
+
+    onnxruntime = pytest.importorskip("onnxruntime")
+    graph = onnx.load(str(DECODE)).graph
+    cache = ["batch", 2, "past", 16]
+    assert _signature(graph.input) == {
+        "input_ids": (INT64, ["batch", "sequence"]), "attention_mask": (INT64, ["batch", "total"]),
+        "position_ids": (INT64, ["batch", "sequence"]),
+        "past_key_values.0.key": (FLOAT, cache), "past_key_values.0.value": (FLOAT, cache)}
+    assert _signature(graph.output) == {"logits": (FLOAT, ["batch", "sequence", VOCAB]),
+                                        "present.0.key": (FLOAT, ["batch", 2, "total", 16]),
+                                        "present.0.value": (FLOAT, ["batch", 2, "total", 16])}
+    session, rng = onnxruntime.InferenceSession(str(DECODE), providers=["CPUExecutionProvider"]), \
+        np.random.default_rng(0)
+    past = {f"past_key_values.0.{kind}": rng.standard_normal((1, 2, 5, 16)).astype(np.float32)
+            for kind in ("key", "value")}
+    ids = rng.integers(0, VOCAB, (1, 2), dtype=np.int64)
+
+    def step(tokens, first, cache, mask=None):
+        mask = np.ones((1, 5 + first + tokens.shape[1]), np.int64) if mask is None else mask
+        positions = np.arange(5 + first, 5 + first + tokens.shape[1], dtype=np.int64)[None]
+        return session.run(None, {"input_ids": tokens, "attention_mask": mask, "position_ids": positions, **cache})
+
+    both = step(ids, 0, past)
+    first = step(ids[:, :1], 0, past)
+    assert first[1].shape == (1, 2, 6, 16)
+    np.testing.assert_array_equal(first[1][:, :, :5], past["past_key_values.0.key"])  # the cache, then the new key
+    second = step(ids[:, 1:], 1, {f"past_key_values.0.{kind}": first[1 + i] for i, kind in enumerate(("key", "value"))})
+    np.testing.assert_allclose(second[0][:, 0], both[0][:, 1], atol=1e-5)
+    # the mask reaches the cache: leaving its first positions out changes the logits
+    mask = np.ones((1, 7), np.int64)
+    mask[:, :3] = 0
+    assert _differ(step(ids, 0, past, mask)[0], both[0], -1).all()
+
+
 def _run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300)
 
@@ -132,6 +173,7 @@ def test_inconsistent_sizes_are_refused_in_one_line_before_torch_is_needed(tmp_p
     (["bert-base", "--layers", "1"], "--layers size a custom BERT: use `bert`, not `bert-base`"),
     (["resnet18", "--vocab", "9"], "--vocab size a custom BERT, Llama or GPT-2: use `bert`, `llama` or `gpt2`, "
      "not `resnet18`"),
+    (["bert", "--past", "8"], "--past exports a decoder's step with a key/value cache: llama or gpt2, not `bert`"),
 ])
 def test_a_size_for_another_model_is_a_usage_error(tmp_path, args, message):
     result = _run(*args, "--out", str(tmp_path / "bad.onnx"))

@@ -75,7 +75,38 @@ def test_bad_models_are_one_line_errors_and_write_nothing(tmp_path, case):
 def test_dynamic_shape_error_names_the_option_that_fixes_it(tmp_path):
     path, _ = _bad_models(tmp_path)["dynamic"]
     result = CliRunner().invoke(main, ["tune", str(path), "--target", "llvm", "--work-dir", str(tmp_path / "w")])
-    assert "pin it with --input-shape tokens=Nx4" in result.output
+    assert "pin it with --input-shape tokens=Nx4, or on every input with --dim batch=N" in result.output
+
+
+def test_dim_pins_an_axis_by_its_name_on_every_input(tmp_path):
+    """A decoder's step with a key/value cache has an input per layer and kind, its cache length
+    on each: `--dim` pins the axis once. `--input-shape` still pins an input whole."""
+    from onnx import TensorProto, helper
+
+    from kb_tvm.model_tuning import load_onnx
+
+    inputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, ["batch", "past", 4]) for name in ("k", "v")]
+    path = _onnx(tmp_path / "two.onnx", helper.make_node("Add", ["k", "v"], ["y"]), inputs)
+    model = load_onnx(path, {"k": (2, 3, 4)}, {"past": 3, "batch": 2})
+    assert {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input} == {
+        "k": [2, 3, 4], "v": [2, 3, 4]}
+    result = CliRunner().invoke(main, ["tune", str(path), "--target", "llvm", "--check-numerics-only",
+                                       "--dim", "batch=2", "--dim", "past=3"])
+    assert result.exit_code == 0 and "numerics: the untuned TVM build matches onnxruntime" in result.output, \
+        result.output
+
+
+@pytest.mark.parametrize("given, message", [
+    ("seq=4", "--dim names axis 'seq', which no input of dynamic.onnx has; its dynamic axes: batch"),
+    ("batch=0", "--dim 'batch=0': write AXIS=SIZE"),
+    ("batch", "write AXIS=SIZE"),
+])
+def test_bad_dims_are_one_line_errors(tmp_path, given, message):
+    path, _ = _bad_models(tmp_path)["dynamic"]
+    result = CliRunner().invoke(main, ["tune", str(path), "--target", "llvm", "--dim", given,
+                                       "--work-dir", str(tmp_path / "w")])
+    assert result.exit_code != 0 and result.output.count("\n") == 1 and message in result.output, result.output
+    assert not (tmp_path / "w").exists()
 
 
 @pytest.mark.parametrize("given, message", [

@@ -11,6 +11,7 @@ built from its config with random weights from a fixed torch seed:
     python -m kb_tvm.workloads.export_models llama --seq 128 --out tinyllama.onnx   # TinyLlama-1.1B's shape
     python -m kb_tvm.workloads.export_models gpt2 --seq 128 --out gpt2.onnx         # GPT-2 small
     python -m kb_tvm.workloads.export_models vit-b16 --out vit-b16.onnx             # ViT-B/16, 224x224
+    python -m kb_tvm.workloads.export_models llama --seq 1 --past 511 --out step.onnx  # a decode step
 
 `llama` (LlamaForCausalLM, sdpa attention: causal scaled_dot_product_attention, grouped-query when
 --kv-heads is fewer than --heads), `gpt2` (GPT2LMHeadModel, sdpa), `vit` (torchvision's
@@ -39,8 +40,15 @@ dynamic axes:
   [batch, seq, hidden]; batch and sequence dynamic.
 - Llama and GPT-2: inputs `input_ids` and `attention_mask` [batch, seq] int64, output `logits`
   [batch, seq, vocab]; batch and sequence dynamic; no key/value cache in or out (use_cache=False).
+- Llama and GPT-2 with `--past N`: one decode step with a key/value cache, as optimum's "with
+  past" exports: `--seq` new tokens after N cached ones. Inputs `input_ids` and `position_ids`
+  [batch, sequence], `attention_mask` [batch, total] and `past_key_values.L.key` / `.value`
+  [batch, key/value heads, past, head size] for each layer L; outputs `logits` and
+  `present.L.key` / `.value` [.., total, ..]; the four axes dynamic.
 `kb-tvm tune` pins them with `--input-shape`, e.g. `--input-shape input=1x3x224x224` or
-`--input-shape input_ids=1x128 --input-shape attention_mask=1x128`. `--batch`, `--image` and `--seq`
+`--input-shape input_ids=1x128 --input-shape attention_mask=1x128`, or by the axes' names,
+`--dim batch=1 --dim sequence=128` (a decode step: `--dim batch=1 --dim sequence=1 --dim
+past=511 --dim total=512`). `--batch`, `--image` and `--seq`
 set only the example the export traces and checks (and a ViT's image size). Every export is checked
 against torch's own output in onnxruntime (where installed) and the max abs error printed.
 """
@@ -99,9 +107,10 @@ def require(*modules: str):
     return loaded
 
 
-def _export(model, args: tuple, path: Path, input_names: list[str], output_name: str,
+def _export(model, args: tuple, path: Path, input_names: list[str], output_names: list[str],
             dynamic_axes: dict[str, dict[int, str]]) -> Export:
-    """torch.onnx.export (TorchScript exporter, opset 17) and the onnxruntime check."""
+    """torch.onnx.export (TorchScript exporter, opset 17) and the onnxruntime check (the largest
+    error over the outputs)."""
     import numpy as np
     import torch
 
@@ -110,8 +119,9 @@ def _export(model, args: tuple, path: Path, input_names: list[str], output_name:
     with torch.no_grad(), warnings.catch_warnings():
         # torch >= 2.9 calls the TorchScript exporter legacy; unlike dynamo=True it needs no onnxscript
         warnings.filterwarnings("ignore", "You are using the legacy TorchScript-based ONNX export")
-        expected = model(*args).numpy()
-        torch.onnx.export(model, args, str(path), input_names=input_names, output_names=[output_name],
+        expected = model(*args)
+        expected = [t.numpy() for t in (expected if isinstance(expected, tuple) else (expected,))]
+        torch.onnx.export(model, args, str(path), input_names=input_names, output_names=output_names,
                           dynamic_axes=dynamic_axes, opset_version=OPSET, do_constant_folding=True, dynamo=False)
     size = _gather_weights(path)
     feeds = {name: arg.numpy() for name, arg in zip(input_names, args)}
@@ -122,8 +132,8 @@ def _export(model, args: tuple, path: Path, input_names: list[str], output_name:
         pass
     else:
         session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        (got,) = session.run([output_name], feeds)
-        error = float(np.abs(got.astype(np.float64) - expected).max())
+        got = session.run(output_names, feeds)
+        error = max(float(np.abs(g.astype(np.float64) - e).max()) for g, e in zip(got, expected))
     return Export(path, {name: tuple(a.shape) for name, a in feeds.items()}, size, error)
 
 
@@ -190,7 +200,7 @@ def export_resnet(name: str, out: str | Path, *, batch: int = 1, image: int = 22
     """`resnet_module` exported: input `input` [batch, 3, image, image] (batch dynamic), output
     `logits` [batch, 1000]."""
     model, args = resnet_module(name, batch=batch, image=image, seed=seed)
-    return _export(model, args, out, ["input"], "logits", {"input": {0: "batch"}, "logits": {0: "batch"}})
+    return _export(model, args, out, ["input"], ["logits"], {"input": {0: "batch"}, "logits": {0: "batch"}})
 
 
 def _check_heads(hidden: int, heads: int) -> None:
@@ -229,7 +239,7 @@ def _export_tokens(model, args: tuple, out: str | Path, output_name: str) -> Exp
     """A model of (input_ids, attention_mask) exported, batch and sequence dynamic on both and on its
     one output."""
     axes = {0: "batch", 1: "sequence"}
-    return _export(model, args, out, ["input_ids", "attention_mask"], output_name,
+    return _export(model, args, out, ["input_ids", "attention_mask"], [output_name],
                    {"input_ids": axes, "attention_mask": axes, output_name: axes})
 
 
@@ -280,6 +290,68 @@ def _causal_lm_module(class_name: str, config, batch: int, seq: int, seed: int):
     return model, _example_tokens(config.vocab_size, batch, seq)
 
 
+def _decode_step(lm, layers: int):
+    """A transformers causal LM wrapped as one decode step with a key/value cache, as optimum's
+    "with past" exports take it: (input_ids, attention_mask, position_ids, then each layer's past
+    key and value) -> (logits, then each layer's present key and value)."""
+    import torch
+    import transformers
+
+    class DecodeStep(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lm = lm
+
+        def forward(self, input_ids, attention_mask, position_ids, *past):
+            cache = transformers.DynamicCache()
+            for layer in range(layers):
+                cache.update(past[2 * layer], past[2 * layer + 1], layer)
+            out = self.lm(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                          past_key_values=cache, use_cache=True)
+            present = out.past_key_values
+            if hasattr(present, "layers"):  # transformers >= 4.56
+                pairs = [(layer.keys, layer.values) for layer in present.layers]
+            else:
+                pairs = list(zip(present.key_cache, present.value_cache))
+            return (out.logits, *(t for pair in pairs for t in pair))
+
+    return DecodeStep().eval()
+
+
+def export_decode_step(class_name: str, config, out: str | Path, *, batch: int, seq: int, past: int,
+                       seed: int) -> Export:
+    """transformers.`class_name`(config), random weights from `seed`, exported as one decode step
+    (_decode_step): `seq` new tokens after `past` cached ones. Inputs input_ids and position_ids
+    [batch, sequence], attention_mask [batch, total] (total = past + sequence) int64, and
+    past_key_values.L.key / .value [batch, key/value heads, past, head size] float32 for each
+    layer L; outputs logits [batch, sequence, vocab] and present.L.key / .value [.., total, ..].
+    All four axes dynamic, named so that `kb-tvm tune --dim` pins each once. The example's mask
+    leaves the first quarter of the cache out (a batch padded on the left)."""
+    if past + seq > config.max_position_embeddings:
+        raise ValueError(f"past={past} + seq={seq} is longer than the model's {config.max_position_embeddings} "
+                         f"positions")
+    torch, transformers = require("torch", "transformers")
+    torch.manual_seed(seed)
+    layers = config.num_hidden_layers
+    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_size = config.hidden_size // config.num_attention_heads
+    model = _decode_step(getattr(transformers, class_name)(config), layers)
+    input_ids = torch.randint(0, config.vocab_size, (batch, seq), dtype=torch.int64)
+    attention_mask = torch.ones(batch, past + seq, dtype=torch.int64)
+    attention_mask[:, :past // 4] = 0
+    position_ids = torch.arange(past, past + seq, dtype=torch.int64).expand(batch, seq)
+    cache = [torch.randn(batch, kv_heads, past, head_size) for _ in range(2 * layers)]
+    kinds = [(layer, kind) for layer in range(layers) for kind in ("key", "value")]
+    pasts = [f"past_key_values.{layer}.{kind}" for layer, kind in kinds]
+    presents = [f"present.{layer}.{kind}" for layer, kind in kinds]
+    tokens = {0: "batch", 1: "sequence"}
+    axes = {"input_ids": tokens, "position_ids": tokens, "attention_mask": {0: "batch", 1: "total"},
+            "logits": tokens, **{name: {0: "batch", 2: "past"} for name in pasts},
+            **{name: {0: "batch", 2: "total"} for name in presents}}
+    return _export(model, (input_ids, attention_mask, position_ids, *cache), out,
+                   ["input_ids", "attention_mask", "position_ids", *pasts], ["logits", *presents], axes)
+
+
 def llama_config(*, layers: int = 22, hidden: int = 2048, heads: int = 32, kv_heads: int = 4, ffn: int = 5632,
                  vocab: int = 32000, positions: int = 2048):
     """A transformers.LlamaConfig with sdpa attention: TinyLlama-1.1B's shape unless told otherwise.
@@ -304,9 +376,14 @@ def llama_module(*, batch: int = 1, seq: int = 128, config=None, seed: int = 0):
                              batch, seq, seed)
 
 
-def export_llama(out: str | Path, *, batch: int = 1, seq: int = 128, config=None, seed: int = 0) -> Export:
+def export_llama(out: str | Path, *, batch: int = 1, seq: int = 128, config=None, seed: int = 0,
+                 past: int = 0) -> Export:
     """`llama_module` exported: inputs `input_ids` and `attention_mask` [batch, seq] int64, output
-    `logits` [batch, seq, vocab], batch and sequence dynamic."""
+    `logits` [batch, seq, vocab], batch and sequence dynamic. With `past`, one decode step with a
+    key/value cache of that many positions (export_decode_step)."""
+    if past:
+        return export_decode_step("LlamaForCausalLM", config if config is not None else llama_config(), out,
+                                  batch=batch, seq=seq, past=past, seed=seed)
     model, args = llama_module(batch=batch, seq=seq, config=config, seed=seed)
     return _export_tokens(model, args, out, "logits")
 
@@ -329,9 +406,14 @@ def gpt2_module(*, batch: int = 1, seq: int = 128, config=None, seed: int = 0):
                              batch, seq, seed)
 
 
-def export_gpt2(out: str | Path, *, batch: int = 1, seq: int = 128, config=None, seed: int = 0) -> Export:
+def export_gpt2(out: str | Path, *, batch: int = 1, seq: int = 128, config=None, seed: int = 0,
+                past: int = 0) -> Export:
     """`gpt2_module` exported: inputs `input_ids` and `attention_mask` [batch, seq] int64, output
-    `logits` [batch, seq, vocab], batch and sequence dynamic."""
+    `logits` [batch, seq, vocab], batch and sequence dynamic. With `past`, one decode step with a
+    key/value cache of that many positions (export_decode_step)."""
+    if past:
+        return export_decode_step("GPT2LMHeadModel", config if config is not None else gpt2_config(), out,
+                                  batch=batch, seq=seq, past=past, seed=seed)
     model, args = gpt2_module(batch=batch, seq=seq, config=config, seed=seed)
     return _export_tokens(model, args, out, "logits")
 
@@ -410,7 +492,7 @@ def export_vit(out: str | Path, *, batch: int = 1, image: int = 224, config: dic
     module = hf_vit_module if hugging_face else vit_module
     model, args = module(batch=batch, image=image, config=config, seed=seed)
     with _mha_fastpath_off():
-        return _export(model, args, out, ["input"], "logits", {"input": {0: "batch"}, "logits": {0: "batch"}})
+        return _export(model, args, out, ["input"], ["logits"], {"input": {0: "batch"}, "logits": {0: "batch"}})
 
 
 # the models the options size
@@ -471,8 +553,8 @@ def export(args, sizes: dict) -> Export:
     if args.model in BERTS:
         return export_bert(args.out, seq=args.seq, config=bert_config(**sizes), **common)
     if args.model == "llama":
-        return export_llama(args.out, seq=args.seq, config=llama_config(**sizes), **common)
-    return export_gpt2(args.out, seq=args.seq, config=gpt2_config(**sizes), **common)
+        return export_llama(args.out, seq=args.seq, config=llama_config(**sizes), past=args.past, **common)
+    return export_gpt2(args.out, seq=args.seq, config=gpt2_config(**sizes), past=args.past, **common)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -490,11 +572,18 @@ def main(argv: list[str] | None = None) -> None:
                         help="height and width of the example image (a ViT's is fixed at export)")
     tokens = parser.add_argument_group("BERT, Llama and GPT-2")
     tokens.add_argument("--seq", type=int, default=128, help="sequence length of the example (stays dynamic)")
+    tokens.add_argument("--past", type=int, default=0,
+                        help="llama and gpt2: export one decode step with a key/value cache of this many positions "
+                        "(inputs past_key_values.L.key/.value, outputs present.L.key/.value; --seq new tokens, "
+                        "e.g. --seq 1); 0, the default: the whole sequence, no cache")
     add_sizes(parser.add_argument_group("sizes of bert, llama, gpt2 and vit (each model's default in parentheses)"))
     args = parser.parse_args(argv)
     sizes = given_sizes(parser, args)
-    if any(value <= 0 for value in [args.batch, args.image, args.seq, *sizes.values()]):
+    if any(value <= 0 for value in [args.batch, args.image, args.seq, *sizes.values()]) or args.past < 0:
         parser.error("sizes must be positive")
+    if args.past and args.model not in CAUSAL_LMS:
+        parser.error(f"--past exports a decoder's step with a key/value cache: {_either(CAUSAL_LMS)}, "
+                     f"not `{args.model}`")
     try:
         result = export(args, sizes)
     except (MissingExtra, ValueError) as err:

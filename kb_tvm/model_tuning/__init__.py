@@ -26,6 +26,7 @@ from .onnx_input import (
     example_inputs,
     load_onnx,
     onnxruntime_outputs,
+    parse_dim,
     parse_input_shape,
 )
 from .numerics import NumericsMismatch, Verdict, check_numerics
@@ -55,6 +56,7 @@ __all__ = [
     "lower_precision",
     "math_for",
     "onnxruntime_outputs",
+    "parse_dim",
     "parse_input_shape",
     "plot_curve",
     "prepare",

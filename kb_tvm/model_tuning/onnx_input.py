@@ -22,9 +22,20 @@ def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
     return name, tuple(int(p) for p in parts)
 
 
-def load_onnx(path: str | Path, input_shapes: dict[str, tuple[int, ...]] | None = None):
+def parse_dim(text: str) -> tuple[str, int]:
+    """`--dim`'s value: "past=511" -> ("past", 511)."""
+    name, sep, size = text.rpartition("=")
+    if not (sep and name and size.isdigit() and int(size) > 0):
+        raise ModelError(f"--dim {text!r}: write AXIS=SIZE with the axis as the export names it and a positive "
+                         f"size, e.g. sequence=128")
+    return name, int(size)
+
+
+def load_onnx(path: str | Path, input_shapes: dict[str, tuple[int, ...]] | None = None,
+              axes: dict[str, int] | None = None):
     """The ONNX model at `path`, checked for what kb-tvm needs: readable, and static input
-    shapes once `input_shapes` (input name -> dims) pins the dynamic ones."""
+    shapes once `input_shapes` (input name -> dims) and `axes` (a dynamic axis's name -> its
+    size, on every input that has it) pin the dynamic ones."""
     import onnx
 
     path = Path(path)
@@ -38,20 +49,30 @@ def load_onnx(path: str | Path, input_shapes: dict[str, tuple[int, ...]] | None 
         raise ModelError(f"{path} is not an ONNX model (no graph nodes)")
     initializers = {init.name for init in model.graph.initializer}
     graph_inputs = {i.name: i for i in model.graph.input if i.name not in initializers}
+    named = {d.dim_param: None for i in graph_inputs.values() for d in i.type.tensor_type.shape.dim if d.dim_param}
+    for name in axes or {}:
+        if name not in named:
+            raise ModelError(f"--dim names axis '{name}', which no input of {path.name} has; its dynamic axes: "
+                             f"{', '.join(named) or 'none'}")
     for name, dims in (input_shapes or {}).items():
         if name not in graph_inputs:
             raise ModelError(f"--input-shape names '{name}', which is not an input of {path.name}; "
                              f"its inputs: {', '.join(graph_inputs)}")
         _pin(graph_inputs[name], dims)
+    for graph_input in graph_inputs.values():  # the axes --input-shape left, by name
+        for dim in graph_input.type.tensor_type.shape.dim:
+            if dim.dim_param in (axes or {}):
+                dim.dim_value = axes[dim.dim_param]  # clears dim_param (a oneof)
     for graph_input in graph_inputs.values():
         shape = graph_input.type.tensor_type.shape.dim
         for axis, dim in enumerate(shape):
             if dim.dim_param or dim.dim_value <= 0:
                 label = f"'{dim.dim_param}'" if dim.dim_param else "unknown"
                 example = "x".join(str(d.dim_value) if d.dim_value > 0 else "N" for d in shape)
+                every = f", or on every input with --dim {dim.dim_param}=N" if dim.dim_param else ""
                 raise ModelError(
                     f"input '{graph_input.name}' has a dynamic dimension {axis} ({label}); kb-tvm tunes static "
-                    f"shapes: pin it with --input-shape {graph_input.name}={example}, N the size you will run")
+                    f"shapes: pin it with --input-shape {graph_input.name}={example}{every}, N the size you will run")
     return model
 
 

@@ -25,6 +25,7 @@ import click
 @click.option("--model", required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), default="fp32", show_default=True)
 @click.option("--input-shape", "input_shapes", multiple=True, help="As for kb-tvm tune (repeatable).")
+@click.option("--dim", "axes", multiple=True, metavar="AXIS=SIZE", help="As for kb-tvm tune (repeatable).")
 @click.option("--exact-math", is_flag=True, help="As for kb-tvm tune: the logs' runs must have used the same math.")
 @click.option("--target", default=None, help="As for kb-tvm tune.")
 @click.option("--log", "logs", multiple=True, metavar="LABEL=PATH",
@@ -32,7 +33,7 @@ import click
 @click.option("--families", "families_budget", default=None, metavar="BUDGET",
               help="Search the kernel families' kernels this long (e.g. 2m) and build each log with them too.")
 @click.option("--out", required=True, type=click.Path(dir_okay=False))
-def main(model, precision, input_shapes, exact_math, target, logs, families_budget, out) -> None:
+def main(model, precision, input_shapes, axes, exact_math, target, logs, families_budget, out) -> None:
     """Rebuild tuned models from candidate logs; time them with and without CUDA graphs. Exits 1
     if any build's outputs miss onnxruntime's."""
     from ..budget import TuningBudget
@@ -47,6 +48,7 @@ def main(model, precision, input_shapes, exact_math, target, logs, families_budg
         load_onnx,
         math_for,
         onnxruntime_outputs,
+        parse_dim,
         parse_input_shape,
         profile_kernels,
         run_and_time,
@@ -61,7 +63,8 @@ def main(model, precision, input_shapes, exact_math, target, logs, families_budg
         raise click.UsageError("--families: no kernel family serves this target and precision ("
                                + "; ".join(f"{f.name}: {f.applies(tvm_target, precision)}" for f in FAMILIES) + ")")
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    onnx_model = load_onnx(model, dict(parse_input_shape(text) for text in input_shapes))
+    onnx_model = load_onnx(model, dict(parse_input_shape(text) for text in input_shapes),
+                           dict(parse_dim(text) for text in axes))
     math = math_for(tvm_target, exact=exact_math)
     mod = relax_module(onnx_model, tvm_target, precision=precision, math=math)  # as the tune made its tasks
     tasks = model_tasks(mod, tvm_target)

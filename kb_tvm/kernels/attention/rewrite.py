@@ -378,14 +378,19 @@ def _attention_mutator():
 
         def repeated_heads(self, expr):
             """(x, G, steps) where `expr` is `steps` (head-wise: a multiply by a scalar, a swap of
-            the last two axes; in the order to apply) applied to 4-D x [B, Hkv, S, D] with each
+            the last two axes, a cast: a decode step's fp32 cache is repeated, then cast to half;
+            in the order to apply) applied to 4-D x [B, Hkv, S, D] with each
             head repeated G times (expand_dims at axis 2, broadcast_to [B, Hkv, G, S, D], reshape
             [B, Hkv * G, S, D]); None otherwise."""
             steps = []
             expr = self.value(expr)
             while True:
                 scaled, swapped = call_of(expr, "multiply"), call_of(expr, "permute_dims")
-                if scaled is not None and self.scalar(scaled.args[1]) is not None:
+                cast = call_of(expr, "astype")
+                if cast is not None:
+                    steps.append(lambda y, dtype=str(cast.ty.dtype): relax.op.astype(y, dtype))
+                    expr = self.value(cast.args[0])
+                elif scaled is not None and self.scalar(scaled.args[1]) is not None:
                     steps.append(lambda y, c=scaled.args[1]: relax.op.multiply(y, c))
                     expr = self.value(scaled.args[0])
                 elif swapped is not None and swapped.attrs.axes is not None and [
