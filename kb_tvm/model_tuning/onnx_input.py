@@ -49,8 +49,10 @@ def load_onnx(path: str | Path, input_shapes: dict[str, tuple[int, ...]] | None 
         raise ModelError(f"{path} is not an ONNX model (no graph nodes)")
     initializers = {init.name for init in model.graph.initializer}
     graph_inputs = {i.name: i for i in model.graph.input if i.name not in initializers}
-    named = {d.dim_param: None for i in graph_inputs.values() for d in i.type.tensor_type.shape.dim if d.dim_param}
-    for name in axes or {}:
+    axes = axes or {}
+    named = list(dict.fromkeys(d.dim_param for i in graph_inputs.values() for d in i.type.tensor_type.shape.dim
+                               if d.dim_param))
+    for name in axes:
         if name not in named:
             raise ModelError(f"--dim names axis '{name}', which no input of {path.name} has; its dynamic axes: "
                              f"{', '.join(named) or 'none'}")
@@ -61,7 +63,7 @@ def load_onnx(path: str | Path, input_shapes: dict[str, tuple[int, ...]] | None 
         _pin(graph_inputs[name], dims)
     for graph_input in graph_inputs.values():  # the axes --input-shape left, by name
         for dim in graph_input.type.tensor_type.shape.dim:
-            if dim.dim_param in (axes or {}):
+            if dim.dim_param in axes:
                 dim.dim_value = axes[dim.dim_param]  # clears dim_param (a oneof)
     for graph_input in graph_inputs.values():
         shape = graph_input.type.tensor_type.shape.dim
