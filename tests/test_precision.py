@@ -237,7 +237,7 @@ def test_a_cuda_library_mixing_tensor_core_records_and_default_reductions_builds
 @pytest.mark.tuning
 def test_tune_in_fp16_reports_precision_and_tolerance(tmp_path):
     work_dir = tmp_path / "work"
-    run = CliRunner().invoke(main, ["tune", str(SHIPPED), "--budget", "15s", "--target", "llvm",
+    run = CliRunner().invoke(main, ["tune", str(SHIPPED), "--budget", "8s", "--target", "llvm",
                                     "--precision", "fp16", "--work-dir", str(work_dir), "--seed", "1"])
     assert run.exit_code == 0, run.output[-3000:]
     assert "in fp16" in run.stdout

@@ -132,7 +132,7 @@ def test_a_dynamic_export_tunes_once_its_axes_are_pinned(tmp_path):
               helper.make_tensor_value_info("b", TensorProto.FLOAT, [32, 16])]
     path = _onnx(tmp_path / "matmul.onnx", helper.make_node("MatMul", ["a", "b"], ["y"]), inputs)
     work_dir = tmp_path / "work"
-    run = CliRunner().invoke(main, ["tune", str(path), "--input-shape", "a=2x8x32", "--budget", "15s",
+    run = CliRunner().invoke(main, ["tune", str(path), "--input-shape", "a=2x8x32", "--budget", "6s",
                                     "--target", "llvm", "--work-dir", str(work_dir), "--seed", "1"])
     assert run.exit_code == 0, run.output[-3000:]
     report = json.loads((work_dir / "report.json").read_text())
