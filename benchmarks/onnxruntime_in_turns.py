@@ -10,8 +10,8 @@ calls of each contender in turn (after 10 untimed ones), called from Python as a
 while the others wait blocked; the medians over 20 rounds are printed as JSON. Until 2026-12-05 the contenders shared
 one process, where onnxruntime's and TVM's thread pools slowed each other (a BERT-style layer:
 TVM 2.28 ms there against 1.12 ms alone, onnxruntime 2.14 against 1.47): the rows measured so say
-so. With no LABEL=LIBRARY, onnxruntime alone. Models with dynamic axes take --input-shape as
-kb-tvm tune does.
+so. With no LABEL=LIBRARY, onnxruntime alone. Models with dynamic axes take --input-shape and
+--dim as kb-tvm tune does.
 """
 
 import json
@@ -24,14 +24,15 @@ SETTLE_S = 0.2  # between contenders: the last one's threads stop spinning befor
 WARM_CALLS = 10  # untimed calls at the start of each turn
 
 
-def _contender(model, library, input_shapes, connection) -> None:
+def _contender(model, library, input_shapes, axes, connection) -> None:
     """A worker process: load one contender (onnxruntime where `library` is None), warm it up,
     then answer each number of calls with the seconds per call."""
     from kb_tvm.measure.targets import make_target, use_target_cores
-    from kb_tvm.model_tuning import example_inputs, load_onnx, parse_input_shape
+    from kb_tvm.model_tuning import example_inputs, load_onnx, parse_dim, parse_input_shape
 
     threads = use_target_cores(make_target("llvm"))
-    inputs = example_inputs(load_onnx(model, dict(parse_input_shape(text) for text in input_shapes)))
+    inputs = example_inputs(load_onnx(model, dict(parse_input_shape(text) for text in input_shapes),
+                                      dict(parse_dim(text) for text in axes)))
     if library is None:
         import onnxruntime as ort
 
@@ -67,9 +68,10 @@ def _contender(model, library, input_shapes, connection) -> None:
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
 @click.argument("libraries", nargs=-1, metavar="[LABEL=LIBRARY.so]...")
 @click.option("--input-shape", "input_shapes", multiple=True, help="As for kb-tvm tune (repeatable).")
+@click.option("--dim", "axes", multiple=True, help="As for kb-tvm tune (repeatable).")
 @click.option("--rounds", default=20, show_default=True)
 @click.option("--calls", default=50, show_default=True, help="Calls per contender per round.")
-def main(model, libraries, input_shapes, rounds, calls) -> None:
+def main(model, libraries, input_shapes, axes, rounds, calls) -> None:
     """Time onnxruntime and each tuned library on MODEL's example inputs, in turns."""
     import numpy as np
 
@@ -78,7 +80,7 @@ def main(model, libraries, input_shapes, rounds, calls) -> None:
     workers = {}
     for label, library in named.items():
         mine, theirs = context.Pipe()
-        process = context.Process(target=_contender, args=(model, library, input_shapes, theirs), daemon=True)
+        process = context.Process(target=_contender, args=(model, library, input_shapes, axes, theirs), daemon=True)
         process.start()
         workers[label] = (process, mine)
     threads = {label: connection.recv() for label, (_, connection) in workers.items()}
