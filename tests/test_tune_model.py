@@ -96,29 +96,20 @@ def test_dim_pins_an_axis_by_its_name_on_every_input(tmp_path):
         result.output
 
 
-@pytest.mark.parametrize("given, message", [
-    ("seq=4", "--dim names axis 'seq', which no input of dynamic.onnx has; its dynamic axes: batch"),
-    ("batch=0", "--dim 'batch=0': write AXIS=SIZE"),
-    ("batch", "write AXIS=SIZE"),
+@pytest.mark.parametrize("option, given, message", [
+    ("--input-shape", "tokens=2", "--input-shape tokens=2 has 1 dimensions; input 'tokens' has 2"),
+    ("--input-shape", "tokens=2x5", "dimension 1 of 'tokens' is fixed at 4 in the model"),
+    ("--input-shape", "ids=2x4",
+     "--input-shape names 'ids', which is not an input of dynamic.onnx; its inputs: tokens"),
+    ("--input-shape", "tokens=2xN", "--input-shape 'tokens=2xN': write NAME=DIMS with positive dimensions"),
+    ("--input-shape", "tokens", "write NAME=DIMS"),
+    ("--dim", "seq=4", "--dim names axis 'seq', which no input of dynamic.onnx has; its dynamic axes: batch"),
+    ("--dim", "batch=0", "--dim 'batch=0': write AXIS=SIZE"),
+    ("--dim", "batch", "write AXIS=SIZE"),
 ])
-def test_bad_dims_are_one_line_errors(tmp_path, given, message):
+def test_bad_input_shapes_and_dims_are_one_line_errors(tmp_path, option, given, message):
     path, _ = _bad_models(tmp_path)["dynamic"]
-    result = CliRunner().invoke(main, ["tune", str(path), "--target", "llvm", "--dim", given,
-                                       "--work-dir", str(tmp_path / "w")])
-    assert result.exit_code != 0 and result.output.count("\n") == 1 and message in result.output, result.output
-    assert not (tmp_path / "w").exists()
-
-
-@pytest.mark.parametrize("given, message", [
-    ("tokens=2", "--input-shape tokens=2 has 1 dimensions; input 'tokens' has 2"),
-    ("tokens=2x5", "dimension 1 of 'tokens' is fixed at 4 in the model"),
-    ("ids=2x4", "--input-shape names 'ids', which is not an input of dynamic.onnx; its inputs: tokens"),
-    ("tokens=2xN", "--input-shape 'tokens=2xN': write NAME=DIMS with positive dimensions"),
-    ("tokens", "write NAME=DIMS"),
-])
-def test_bad_input_shapes_are_one_line_errors(tmp_path, given, message):
-    path, _ = _bad_models(tmp_path)["dynamic"]
-    result = CliRunner().invoke(main, ["tune", str(path), "--target", "llvm", "--input-shape", given,
+    result = CliRunner().invoke(main, ["tune", str(path), "--target", "llvm", option, given,
                                        "--work-dir", str(tmp_path / "w")])
     assert result.exit_code != 0 and result.output.count("\n") == 1 and message in result.output, result.output
     assert not (tmp_path / "w").exists()

@@ -318,6 +318,15 @@ def _decode_step(lm, layers: int):
     return DecodeStep().eval()
 
 
+def _export_causal_lm(class_name: str, config, out: str | Path, *, batch: int, seq: int, seed: int,
+                      past: int) -> Export:
+    """The whole sequence (_causal_lm_module, one output), or with `past` one decode step."""
+    if past:
+        return export_decode_step(class_name, config, out, batch=batch, seq=seq, past=past, seed=seed)
+    model, args = _causal_lm_module(class_name, config, batch, seq, seed)
+    return _export_tokens(model, args, out, "logits")
+
+
 def export_decode_step(class_name: str, config, out: str | Path, *, batch: int, seq: int, past: int,
                        seed: int) -> Export:
     """transformers.`class_name`(config), random weights from `seed`, exported as one decode step
@@ -381,11 +390,8 @@ def export_llama(out: str | Path, *, batch: int = 1, seq: int = 128, config=None
     """`llama_module` exported: inputs `input_ids` and `attention_mask` [batch, seq] int64, output
     `logits` [batch, seq, vocab], batch and sequence dynamic. With `past`, one decode step with a
     key/value cache of that many positions (export_decode_step)."""
-    if past:
-        return export_decode_step("LlamaForCausalLM", config if config is not None else llama_config(), out,
-                                  batch=batch, seq=seq, past=past, seed=seed)
-    model, args = llama_module(batch=batch, seq=seq, config=config, seed=seed)
-    return _export_tokens(model, args, out, "logits")
+    return _export_causal_lm("LlamaForCausalLM", config if config is not None else llama_config(), out,
+                             batch=batch, seq=seq, seed=seed, past=past)
 
 
 def gpt2_config(*, layers: int = 12, hidden: int = 768, heads: int = 12, ffn: int | None = None,
@@ -411,11 +417,8 @@ def export_gpt2(out: str | Path, *, batch: int = 1, seq: int = 128, config=None,
     """`gpt2_module` exported: inputs `input_ids` and `attention_mask` [batch, seq] int64, output
     `logits` [batch, seq, vocab], batch and sequence dynamic. With `past`, one decode step with a
     key/value cache of that many positions (export_decode_step)."""
-    if past:
-        return export_decode_step("GPT2LMHeadModel", config if config is not None else gpt2_config(), out,
-                                  batch=batch, seq=seq, past=past, seed=seed)
-    model, args = gpt2_module(batch=batch, seq=seq, config=config, seed=seed)
-    return _export_tokens(model, args, out, "logits")
+    return _export_causal_lm("GPT2LMHeadModel", config if config is not None else gpt2_config(), out,
+                             batch=batch, seq=seq, seed=seed, past=past)
 
 
 def vit_config(*, patch: int = 16, layers: int = 12, heads: int = 12, hidden: int = 768, ffn: int = 3072,
