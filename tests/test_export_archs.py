@@ -131,9 +131,10 @@ def test_the_decode_step_continues_from_the_cache_it_returns():
             for kind in ("key", "value")}
     ids = rng.integers(0, VOCAB, (1, 2), dtype=np.int64)
 
-    def step(tokens, first, cache, mask=None):
-        mask = np.ones((1, 5 + first + tokens.shape[1]), np.int64) if mask is None else mask
-        positions = np.arange(5 + first, 5 + first + tokens.shape[1], dtype=np.int64)[None]
+    def step(tokens, appended, cache, mask=None):  # `appended`: tokens the cache holds past the first 5
+        start = 5 + appended
+        mask = np.ones((1, start + tokens.shape[1]), np.int64) if mask is None else mask
+        positions = np.arange(start, start + tokens.shape[1], dtype=np.int64)[None]
         return session.run(None, {"input_ids": tokens, "attention_mask": mask, "position_ids": positions, **cache})
 
     both = step(ids, 0, past)
