@@ -14,6 +14,7 @@ import time
 
 import click
 import numpy as np
+from common import HOPPER  # benchmarks/common.py
 
 SHAPES = {
     # name: heads, seq, d, bias ("causal", "none", "rows": some rows all -inf), dtype, out_dtype,
@@ -25,8 +26,6 @@ SHAPES = {
     "bert-seq128-padding": (12, 128, 64, "padding", "float16", "float16", 1),  # scaled by 1/8 in fp16
     "masked-rows-bf16-d128": (4, 80, 128, "rows", "bfloat16", "float32", 1),
 }
-TARGET = {"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024, "max_shared_memory_per_block": 49152,
-          "thread_warp_size": 32, "registers_per_block": 65536, "host": {"kind": "llvm"}}
 
 
 def problem(heads, seq, d, bias, dtype, out_dtype, kv_group, out_layout="bhsd"):
@@ -95,7 +94,7 @@ def main(out_path: str, names: tuple[str, ...], with_skip: bool, out_layout: str
     from kb_tvm.measure.timer import time_function
     from kb_tvm.measure.timing import TimingPolicy
 
-    target = tvm.target.Target(TARGET)
+    target = tvm.target.Target(HOPPER)
     device = tvm.cuda(0)
     results = []
     for name in names or SHAPES:

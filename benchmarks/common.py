@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from concurrent.futures import ProcessPoolExecutor
 
+# an sm_90 GPU (H100, H200) as kb's cuda target describes it, for harnesses that lower, count or
+# sample for it without the GPU
+HOPPER = {"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024, "max_shared_memory_per_block": 49152,
+          "thread_warp_size": 32, "registers_per_block": 65536, "host": {"kind": "llvm"}}
+
 
 def design_space(workload, target):
     """The design space a tune searches for `workload` on `target`, as kb-tvm tune-op picks it:

@@ -19,10 +19,8 @@ import time
 from pathlib import Path
 
 import click
+from common import HOPPER  # benchmarks/common.py
 
-# the H200 as kb's cuda target describes it, without needing the GPU
-H200 = {"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024, "max_shared_memory_per_block": 49152,
-        "thread_warp_size": 32, "registers_per_block": 65536, "host": {"kind": "llvm"}}
 
 
 def candidate_factory(workload, target, *, fitted_tiles: bool, seed: int, log_dir: str):
@@ -60,7 +58,7 @@ def sample_yield(workload, target, *, samples: int, fitted_tiles: bool, seed: in
 
 @click.command()
 @click.option("--workload", "workload_name", default="gemm-4096-fp16", show_default=True)
-@click.option("--target", default=json.dumps(H200), show_default="the H200, sm_90")
+@click.option("--target", default=json.dumps(HOPPER), show_default="an sm_90 GPU (H100, H200)")
 @click.option("--samples", default=200, show_default=True, help="Per design space and sampler.")
 @click.option("--seed", default=1, show_default=True)
 @click.option("--plain-lowering", is_flag=True, help="Also lower under TVM's default pass options.")

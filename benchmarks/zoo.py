@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import click
+from common import HOPPER  # benchmarks/common.py
 
 TOKENS = dict(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
               intermediate_size=176, max_position_embeddings=256)
@@ -165,9 +166,7 @@ def attention_tasks(path: Path, shapes: list[str]) -> str:
     from kb_tvm.model_tuning.relax_build import relax_module
 
     dims = dict(parse_input_shape(shape) for shape in shapes)
-    hopper = tvm.target.Target({"kind": "cuda", "arch": "sm_90", "max_threads_per_block": 1024,
-                                "max_shared_memory_per_block": 49152, "thread_warp_size": 32,
-                                "registers_per_block": 65536, "host": {"kind": "llvm"}})
+    hopper = tvm.target.Target(HOPPER)
     main = relax_module(load_onnx(path, dims), hopper, precision="fp16", math="exact")["main"].script()
     fused = len(re.findall(rf"R\.call_tir\({NAME}\d*,", main))
     apart = len(re.findall(r"R\.call_tir\(\w*softmax\w*,", main))  # the kernels of softmaxes left in the graph
