@@ -208,9 +208,11 @@ def _check_heads(hidden: int, heads: int) -> None:
         raise ValueError(f"hidden={hidden} must be a multiple of heads={heads}")
 
 
-def _check_seq(seq: int, config) -> None:
-    if seq > config.max_position_embeddings:
-        raise ValueError(f"seq={seq} is longer than the model's {config.max_position_embeddings} positions")
+def _check_seq(seq: int, config, past: int = 0) -> None:
+    """The example's positions (a decode step's: the cached `past` ones too) fit the model's."""
+    if past + seq > config.max_position_embeddings:
+        what = f"past={past} + seq={seq}" if past else f"seq={seq}"
+        raise ValueError(f"{what} is longer than the model's {config.max_position_embeddings} positions")
 
 
 def bert_config(*, layers: int = 12, hidden: int = 768, heads: int = 12, ffn: int | None = None,
@@ -308,12 +310,8 @@ def _decode_step(lm, layers: int):
                 cache.update(past[2 * layer], past[2 * layer + 1], layer)
             out = self.lm(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                           past_key_values=cache, use_cache=True)
-            present = out.past_key_values
-            if hasattr(present, "layers"):  # transformers >= 4.56
-                pairs = [(layer.keys, layer.values) for layer in present.layers]
-            else:
-                pairs = list(zip(present.key_cache, present.value_cache))
-            return (out.logits, *(t for pair in pairs for t in pair))
+            # transformers >= 4.56's cache (the models extra asks for 4.57): a layer's keys and values
+            return (out.logits, *(t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)))
 
     return DecodeStep().eval()
 
@@ -336,9 +334,7 @@ def export_decode_step(class_name: str, config, out: str | Path, *, batch: int, 
     layer L; outputs logits [batch, sequence, vocab] and present.L.key / .value [.., total, ..].
     All four axes dynamic, named so that `kb-tvm tune --dim` pins each once. The example's mask
     leaves the first quarter of the cache out (a batch padded on the left)."""
-    if past + seq > config.max_position_embeddings:
-        raise ValueError(f"past={past} + seq={seq} is longer than the model's {config.max_position_embeddings} "
-                         f"positions")
+    _check_seq(seq, config, past)
     torch, transformers = require("torch", "transformers")
     torch.manual_seed(seed)
     layers = config.num_hidden_layers
